@@ -1,0 +1,3 @@
+module github.com/routebalance/routebalance
+
+go 1.26.8

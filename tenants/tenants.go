@@ -1,0 +1,115 @@
+// Package tenants owns tenants, users, API keys, clusters, instances and the
+// routing settings (preset, weights, SLOs) of each tenant, together with
+// password hashing, JWT sessions and API-key hashing.
+//
+// The types here are the domain values; storage engines live in
+// sub-packages and satisfy the Store interfaces declared by their consumers.
+package tenants
+
+import (
+	"errors"
+	"time"
+
+	"github.com/routebalance/routebalance/routing"
+)
+
+// Domain errors. ErrNotFound is also what another tenant's id yields.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrConflict     = errors.New("already exists")
+	ErrUnauthorized = errors.New("unauthorized")
+)
+
+// Tenant is one customer account.
+type Tenant struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Settings are a tenant's routing defaults.
+type Settings struct {
+	DefaultClusterID string          `json:"default_cluster_id"`
+	Preset           string          `json:"preset"` // quality|latency|cost|balanced|custom
+	Weights          routing.Weights `json:"weights"`
+	SLO              SLO             `json:"slo"`
+}
+
+// SLO is the JSON form of routing.SLO, in milliseconds and USD.
+type SLO struct {
+	TTFTMs               float64 `json:"ttft_ms"`
+	TPOTMs               float64 `json:"tpot_ms"`
+	E2EMs                float64 `json:"e2e_ms"`
+	MaxCostUSDPerRequest float64 `json:"max_cost_usd_per_request"`
+	MonthlyBudgetUSD     float64 `json:"monthly_budget_usd"`
+}
+
+// Routing converts s to the scheduler's SLO.
+func (s SLO) Routing() routing.SLO {
+	return routing.SLO{
+		TTFT:       time.Duration(s.TTFTMs * float64(time.Millisecond)),
+		TPOT:       time.Duration(s.TPOTMs * float64(time.Millisecond)),
+		E2E:        time.Duration(s.E2EMs * float64(time.Millisecond)),
+		MaxCostUSD: s.MaxCostUSDPerRequest,
+	}
+}
+
+// Key is an API key's stored record; the secret itself is never stored.
+type Key struct {
+	ID         string     `json:"id"`
+	TenantID   string     `json:"-"`
+	Name       string     `json:"name"`
+	Prefix     string     `json:"prefix"`
+	ClusterID  string     `json:"cluster_id,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+	// Optional per-key routing overrides.
+	Preset  string           `json:"preset,omitempty"`
+	Weights *routing.Weights `json:"weights,omitempty"`
+	SLO     *SLO             `json:"slo,omitempty"`
+}
+
+// Cluster is a named set of instances owned by one tenant.
+type Cluster struct {
+	ID        string               `json:"id"`
+	TenantID  string               `json:"-"`
+	Name      string               `json:"name"`
+	Policy    routing.PolicyConfig `json:"policy"`
+	CreatedAt time.Time            `json:"created_at"`
+	UpdatedAt time.Time            `json:"updated_at"`
+}
+
+// Instance is one registered inference server. APIKey holds the decrypted
+// upstream credential when loaded for routing and is never serialised.
+type Instance struct {
+	ID              string         `json:"id"`
+	ClusterID       string         `json:"cluster_id"`
+	BaseURL         string         `json:"base_url"`
+	Model           string         `json:"model"`
+	GPU             string         `json:"gpu"`
+	TensorParallel  int            `json:"tensor_parallel"`
+	PriceInPerMTok  float64        `json:"price_in_per_mtok"`
+	PriceOutPerMTok float64        `json:"price_out_per_mtok"`
+	MaxConcurrency  int            `json:"max_concurrency"`
+	QualityPrior    float64        `json:"quality_prior"`
+	Disabled        bool           `json:"disabled"`
+	HasAPIKey       bool           `json:"has_api_key"`
+	APIKey          routing.Secret `json:"-"`
+	CreatedAt       time.Time      `json:"created_at"`
+	UpdatedAt       time.Time      `json:"updated_at"`
+}
+
+// Principal is who an inference request acts as, resolved from its API key:
+// the tenant, the key, the cluster to route on (with its instances and
+// decrypted upstream keys) and the effective routing defaults (key settings
+// over tenant settings).
+type Principal struct {
+	Tenant    Tenant
+	Key       Key
+	Cluster   *Cluster   // nil when the tenant has no cluster
+	Instances []Instance // the cluster's instances
+	// Version changes when the cluster, its instances or the settings change.
+	Version  int64
+	Settings Settings
+}
