@@ -1,0 +1,33 @@
+// Package billing meters every served request and bills it: usage events,
+// pricing, the batched durable ledger, spend caps and Stripe synchronisation.
+package billing
+
+import "time"
+
+// UsageEvent is one served request, handed by the inference path to the
+// meter exactly once per request (streams included, also those cut short).
+// RequestID makes recording idempotent.
+type UsageEvent struct {
+	RequestID    string
+	TenantID     string
+	KeyID        string
+	ClusterID    string
+	InstanceID   string
+	Model        string
+	Policy       string
+	PromptTokens int
+	OutputTokens int
+	// CostUSD is what the instance costs at its registered prices.
+	CostUSD float64
+	// BilledUSD is what the tenant is charged under its plan.
+	BilledUSD float64
+	// PredictedQuality is the scheduler's Q̂ for the served model.
+	PredictedQuality float64
+	TTFT             time.Duration
+	E2E              time.Duration
+	// Status is "ok", "error", "cancelled" or "budget" (stopped by a budget).
+	Status     string
+	HTTPStatus int
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
