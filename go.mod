@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
+	github.com/google/go-cmp v0.7.0
 	github.com/jackc/pgx/v5 v5.12.0
 )
 

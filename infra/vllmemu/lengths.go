@@ -1,0 +1,132 @@
+package vllmemu
+
+import (
+	"math"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Median returns the task's median output tokens before verbosity; an
+// unknown or empty task uses the "default" entry.
+func (o *OutputLengths) Median(task string) float64 {
+	if m, ok := o.MedianTokensByTask[task]; ok {
+		return m
+	}
+	return o.MedianTokensByTask[DefaultTask]
+}
+
+// Natural is the length, in tokens, the model "wants" to answer prompt
+// with, before any max_tokens cap:
+//
+//	round(median(task) × verbosity × exp(σ·z)), at least 1,
+//
+// where z is a standard normal drawn from hash(seed, model, prompt), so the
+// same prompt gets the same length from the same model every time under
+// the same seed.
+func (o *OutputLengths) Natural(prompt, model, task string, verbosity float64, seed uint64) int {
+	z := normal(hashPrompt(seed, model, prompt))
+	n := math.Round(o.Median(task) * verbosity * math.Exp(o.Sigma*z))
+	if n < 1 || math.IsNaN(n) {
+		return 1
+	}
+	if n > 1<<30 {
+		return 1 << 30
+	}
+	return int(n)
+}
+
+// hashPrompt is FNV-1a over the seed, model and prompt (with separators),
+// finished with a splitmix64 round. It is stable across processes and
+// platforms, unlike hash/maphash.
+func hashPrompt(seed uint64, model, prompt string) uint64 {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	for i := 0; i < 8; i++ {
+		h ^= (seed >> (8 * i)) & 0xff
+		h *= prime
+	}
+	for _, s := range [...]string{model, "\x00", prompt} {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= prime
+		}
+	}
+	return splitmix(h)
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// normal turns a 64-bit hash into a standard normal variate (Box–Muller on
+// two 32-bit halves mapped into (0,1)).
+func normal(h uint64) float64 {
+	u1 := (float64(h>>32) + 0.5) / (1 << 32)
+	u2 := (float64(h&0xffffffff) + 0.5) / (1 << 32)
+	return math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
+}
+
+// EstimateTokens estimates the token count of text without a tokenizer:
+// the mean of two common rules of thumb for English BPE vocabularies,
+// characters/4 and words×4/3, rounded; non-empty text is at least 1
+// token. Characters are counted as runes; a word is a maximal run of
+// letters/digits, and each other non-space rune (punctuation, symbols)
+// counts as a word of its own, since BPE tokenizers split them off.
+func EstimateTokens(text string) int {
+	if text == "" {
+		return 0
+	}
+	chars := utf8.RuneCountInString(text)
+	words := 0
+	inWord := false
+	for _, r := range text {
+		switch {
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			if !inWord {
+				words++
+				inWord = true
+			}
+		case unicode.IsSpace(r):
+			inWord = false
+		default:
+			words++
+			inWord = false
+		}
+	}
+	n := int(math.Round((float64(chars)/4 + float64(words)*4/3) / 2))
+	if n < 1 {
+		n = 1
+	}
+	return n
+}
+
+// ChatTemplateTokens is the per-message overhead the chat-prompt estimate
+// adds for role headers and separators (Llama-3-style templates spend 4–5
+// tokens per message), and ChatPrimingTokens the fixed tokens that prime
+// the assistant's answer.
+const (
+	ChatTemplateTokens = 5
+	ChatPrimingTokens  = 3
+)
+
+// EstimateChatTokens estimates the prompt tokens of a chat: each message's
+// content by EstimateTokens plus ChatTemplateTokens, plus
+// ChatPrimingTokens.
+func EstimateChatTokens(contents []string) int {
+	n := ChatPrimingTokens
+	for _, c := range contents {
+		n += EstimateTokens(c) + ChatTemplateTokens
+	}
+	return n
+}
+
+// JoinChat joins message contents into the text the world model hashes and
+// classifies: the contents separated by newlines.
+func JoinChat(contents []string) string { return strings.Join(contents, "\n") }
