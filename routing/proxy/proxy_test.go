@@ -1,0 +1,603 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
+)
+
+// stepClock advances by step on every reading, so durations are exact and
+// positive without looking at the wall clock.
+type stepClock struct {
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(c.step)
+	return c.now
+}
+
+// recorder is a Writer that keeps what it got; it fails every call after
+// failAfter successful writes when failAfter > 0.
+type recorder struct {
+	mu        sync.Mutex
+	buf       strings.Builder
+	writes    int
+	flushes   int
+	failAfter int
+}
+
+var errGone = errors.New("client gone")
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failAfter > 0 && r.writes >= r.failAfter {
+		return 0, errGone
+	}
+	r.writes++
+	return r.buf.Write(p)
+}
+
+func (r *recorder) Flush() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.flushes++
+	return nil
+}
+
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.buf.String()
+}
+
+// events splits a relayed SSE body into its data payloads.
+func events(t *testing.T, body string) []string {
+	t.Helper()
+	var out []string
+	for _, ev := range strings.Split(body, "\n\n") {
+		if ev == "" {
+			continue
+		}
+		if !strings.HasPrefix(ev, "data: ") {
+			t.Fatalf("relayed event %q does not start with \"data: \"", ev)
+		}
+		out = append(out, strings.TrimPrefix(ev, "data: "))
+	}
+	return out
+}
+
+type progressLog struct {
+	mu  sync.Mutex
+	got []int
+}
+
+func (p *progressLog) Progress(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.got = append(p.got, n)
+}
+
+func newProxy(t *testing.T, cfg Config) *Proxy {
+	t.Helper()
+	p, err := New(cfg, Deps{Clock: &stepClock{now: time.Unix(1700000000, 0), step: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func rawBody(t *testing.T, s string) map[string]json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func instance(url string) *routing.Instance {
+	return &routing.Instance{ID: "i1", BaseURL: url, Model: "test-model", PriceInPerMTok: 1, PriceOutPerMTok: 2, APIKey: "up-secret"}
+}
+
+func TestNonStreamChat(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{APIKey: "up-secret"})
+	p := newProxy(t, Config{})
+	call := &Call{
+		Endpoint: Chat, MaxTokens: 5, PromptTokens: 3, RequestID: "req-1",
+		Body: rawBody(t, `{"model":"auto","messages":[{"role":"user","content":"say three words"}],"max_tokens":100,"routebalance":{"preset":"cost"},"temperature":0}`),
+	}
+	ctx := context.Background()
+	resp, err := p.Open(ctx, instance(up.URL+"/v1"), call)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	w := &recorder{}
+	res := resp.Relay(ctx, w, nil)
+	if res.Outcome.Err != nil || res.Status != ResultOK {
+		t.Fatalf("Relay: status %q err %v", res.Status, res.Outcome.Err)
+	}
+	if !res.UsageReported || res.Outcome.PromptTokens != 3 || res.Outcome.OutputTokens != 5 {
+		t.Errorf("usage: reported=%v prompt=%d out=%d, want true 3 5", res.UsageReported, res.Outcome.PromptTokens, res.Outcome.OutputTokens)
+	}
+	if res.Outcome.E2E <= 0 {
+		t.Errorf("E2E = %v, want > 0", res.Outcome.E2E)
+	}
+	var got struct {
+		Model   string `json:"model"`
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(w.String()), &got); err != nil {
+		t.Fatalf("relayed body %q: %v", w.String(), err)
+	}
+	if got.Model != "test-model" || len(got.Choices) != 1 || got.Choices[0].Message.Content != "w0 w1 w2 w3 w4" {
+		t.Errorf("relayed %+v", got)
+	}
+	reqs := up.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("upstream saw %d requests, want 1", len(reqs))
+	}
+	want := map[string]any{
+		"model": "test-model", "max_tokens": float64(5), "temperature": float64(0),
+		"messages": []any{map[string]any{"role": "user", "content": "say three words"}},
+	}
+	if diff := cmp.Diff(want, reqs[0].Body); diff != "" {
+		t.Errorf("upstream body (-want +got):\n%s", diff)
+	}
+	if reqs[0].Authorization != "Bearer up-secret" {
+		t.Errorf("upstream Authorization = %q", reqs[0].Authorization)
+	}
+}
+
+func TestNonStreamCountsWithoutUsage(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{OmitUsage: true, Tokens: 4})
+	p := newProxy(t, Config{})
+	call := &Call{Endpoint: Completions, PromptTokens: 7, Body: rawBody(t, `{"model":"x","prompt":"hi"}`)}
+	resp, err := p.Open(context.Background(), instance(up.URL), call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := resp.Relay(context.Background(), &recorder{}, nil)
+	// "w0 w1 w2 w3" is 11 characters: ceil(11/4) = 3 tokens by the 4-characters rule.
+	if res.UsageReported || res.Outcome.PromptTokens != 7 || res.Outcome.OutputTokens != 3 {
+		t.Errorf("got reported=%v prompt=%d out=%d, want false 7 3", res.UsageReported, res.Outcome.PromptTokens, res.Outcome.OutputTokens)
+	}
+}
+
+func TestStreamChatHidesUsageTheClientDidNotAskFor(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 4})
+	p := newProxy(t, Config{})
+	call := &Call{Endpoint: Chat, Stream: true, PromptTokens: 2,
+		Body: rawBody(t, `{"model":"auto","stream":true,"messages":[{"role":"user","content":"two words"}]}`)}
+	ctx := context.Background()
+	resp, err := p.Open(ctx, instance(up.URL), call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &recorder{}
+	prog := &progressLog{}
+	res := resp.Relay(ctx, w, prog)
+	if res.Status != ResultOK || res.Outcome.Err != nil {
+		t.Fatalf("status %q err %v", res.Status, res.Outcome.Err)
+	}
+	evs := events(t, w.String())
+	// role chunk, 4 tokens, finish chunk, [DONE]; the usage chunk is held back.
+	if len(evs) != 7 || evs[6] != "[DONE]" {
+		t.Fatalf("relayed %d events %q", len(evs), evs)
+	}
+	for _, e := range evs {
+		if strings.Contains(e, `"usage"`) {
+			t.Errorf("usage chunk relayed to a client that did not ask: %s", e)
+		}
+	}
+	if w.flushes < len(evs) {
+		t.Errorf("%d flushes for %d events, want one per event", w.flushes, len(evs))
+	}
+	if diff := cmp.Diff([]int{1, 2, 3, 4}, prog.got); diff != "" {
+		t.Errorf("progress (-want +got):\n%s", diff)
+	}
+	if !res.UsageReported || res.Outcome.OutputTokens != 4 || res.Outcome.PromptTokens != 2 {
+		t.Errorf("usage reported=%v out=%d prompt=%d", res.UsageReported, res.Outcome.OutputTokens, res.Outcome.PromptTokens)
+	}
+	if res.Outcome.TTFT <= 0 || res.Outcome.TTFT >= res.Outcome.E2E {
+		t.Errorf("TTFT %v, E2E %v: want 0 < TTFT < E2E", res.Outcome.TTFT, res.Outcome.E2E)
+	}
+	opts := up.Requests()[0].Body["stream_options"]
+	if diff := cmp.Diff(map[string]any{"include_usage": true}, opts); diff != "" {
+		t.Errorf("upstream stream_options (-want +got):\n%s", diff)
+	}
+}
+
+func TestStreamCompletionRelaysUsageWhenAsked(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 3})
+	p := newProxy(t, Config{})
+	call := &Call{Endpoint: Completions, Stream: true, IncludeUsage: true,
+		Body: rawBody(t, `{"model":"m","stream":true,"prompt":"a b c d","stream_options":{"include_usage":true,"continuous_usage_stats":false}}`)}
+	resp, err := p.Open(context.Background(), instance(up.URL), call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &recorder{}
+	res := resp.Relay(context.Background(), w, nil)
+	evs := events(t, w.String())
+	if len(evs) != 6 || !strings.Contains(evs[4], `"usage":{"completion_tokens":3,"prompt_tokens":4,"total_tokens":7}`) || evs[5] != "[DONE]" {
+		t.Fatalf("relayed %q", evs)
+	}
+	if res.Outcome.OutputTokens != 3 || res.Outcome.PromptTokens != 4 {
+		t.Errorf("out=%d prompt=%d, want 3 4", res.Outcome.OutputTokens, res.Outcome.PromptTokens)
+	}
+	want := map[string]any{"include_usage": true, "continuous_usage_stats": false}
+	if diff := cmp.Diff(want, up.Requests()[0].Body["stream_options"]); diff != "" {
+		t.Errorf("stream_options (-want +got):\n%s", diff)
+	}
+}
+
+func TestStreamCountsChunksWithoutUsage(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 5, OmitUsage: true})
+	p := newProxy(t, Config{})
+	call := &Call{Endpoint: Chat, Stream: true, PromptTokens: 9,
+		Body: rawBody(t, `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)}
+	resp, err := p.Open(context.Background(), instance(up.URL), call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := resp.Relay(context.Background(), &recorder{}, nil)
+	if res.UsageReported || res.Outcome.OutputTokens != 5 || res.Outcome.PromptTokens != 9 {
+		t.Errorf("reported=%v out=%d prompt=%d, want false 5 9", res.UsageReported, res.Outcome.OutputTokens, res.Outcome.PromptTokens)
+	}
+}
+
+func TestStreamStopsWhenBudgetIsSpent(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 50})
+	p := newProxy(t, Config{})
+	in := instance(up.URL)
+	in.PriceInPerMTok, in.PriceOutPerMTok = 0, 1e6 // one dollar per output token
+	for _, tc := range []struct {
+		name         string
+		includeUsage bool
+		wantEvents   int
+	}{
+		// role chunk, 3 tokens, our finish chunk, [DONE]
+		{"no usage", false, 6},
+		// ... plus our usage chunk
+		{"with usage", true, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			call := &Call{Endpoint: Chat, Stream: true, IncludeUsage: tc.includeUsage, BudgetUSD: 3, PromptTokens: 1,
+				Body: rawBody(t, `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)}
+			resp, err := p.Open(context.Background(), in, call)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := &recorder{}
+			res := resp.Relay(context.Background(), w, nil)
+			if res.Status != ResultBudget || res.Outcome.Err != nil {
+				t.Fatalf("status %q err %v, want budget", res.Status, res.Outcome.Err)
+			}
+			if res.Outcome.OutputTokens != 3 {
+				t.Errorf("output tokens %d, want 3", res.Outcome.OutputTokens)
+			}
+			evs := events(t, w.String())
+			if len(evs) != tc.wantEvents || evs[len(evs)-1] != "[DONE]" {
+				t.Fatalf("relayed %q", evs)
+			}
+			var fin struct {
+				ID      string `json:"id"`
+				Object  string `json:"object"`
+				Choices []struct {
+					Index        int             `json:"index"`
+					Delta        json.RawMessage `json:"delta"`
+					FinishReason string          `json:"finish_reason"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal([]byte(evs[4]), &fin); err != nil {
+				t.Fatal(err)
+			}
+			if fin.ID != "cmpl-test" || fin.Object != "chat.completion.chunk" || len(fin.Choices) != 1 || fin.Choices[0].FinishReason != "length" {
+				t.Errorf("final chunk %s", evs[4])
+			}
+			if tc.includeUsage && !strings.Contains(evs[5], `"usage":{"completion_tokens":3,"prompt_tokens":1,"total_tokens":4}`) {
+				t.Errorf("usage chunk %s", evs[5])
+			}
+		})
+	}
+}
+
+func TestStreamUpstreamDiesMidStream(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 10, DieAfter: 3})
+	p := newProxy(t, Config{})
+	call := &Call{Endpoint: Chat, Stream: true,
+		Body: rawBody(t, `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)}
+	resp, err := p.Open(context.Background(), instance(up.URL), call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &recorder{}
+	res := resp.Relay(context.Background(), w, nil)
+	if res.Status != ResultError || !errors.Is(res.Outcome.Err, ErrStreamBroken) || !res.Outcome.Upstream {
+		t.Fatalf("status %q err %v upstream %v", res.Status, res.Outcome.Err, res.Outcome.Upstream)
+	}
+	if res.Outcome.OutputTokens != 3 {
+		t.Errorf("metered %d tokens, want the 3 that were sent", res.Outcome.OutputTokens)
+	}
+	evs := events(t, w.String())
+	last := evs[len(evs)-1]
+	var env struct {
+		Error struct{ Message, Type, Code string } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(last), &env); err != nil || env.Error.Code != "upstream_stream_broken" || env.Error.Message == "" {
+		t.Errorf("last event %q is not an error envelope", last)
+	}
+}
+
+func TestStreamIdleTimeout(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 10, StallAfter: 2})
+	p := newProxy(t, Config{StreamIdleTimeout: 50 * time.Millisecond})
+	call := &Call{Endpoint: Completions, Stream: true, Body: rawBody(t, `{"model":"m","stream":true,"prompt":"x"}`)}
+	resp, err := p.Open(context.Background(), instance(up.URL), call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &recorder{}
+	res := resp.Relay(context.Background(), w, nil)
+	if res.Status != ResultError || !errors.Is(res.Outcome.Err, ErrStreamBroken) || !strings.Contains(res.Outcome.Err.Error(), "sent nothing") {
+		t.Fatalf("status %q err %v", res.Status, res.Outcome.Err)
+	}
+	if res.Outcome.OutputTokens != 2 {
+		t.Errorf("tokens %d, want 2", res.Outcome.OutputTokens)
+	}
+}
+
+func TestOpenClassifiesFailures(t *testing.T) {
+	p := newProxy(t, Config{})
+	body := `{"model":"m","messages":[{"role":"user","content":"x"}]}`
+	t.Run("refused", func(t *testing.T) {
+		_, err := p.Open(context.Background(), instance(vllmtest.RefusedURL(t)), &Call{Endpoint: Chat, Body: rawBody(t, body)})
+		var ue *UnreachableError
+		if !errors.Is(err, ErrUnreachable) || !errors.As(err, &ue) || ue.InstanceID != "i1" {
+			t.Fatalf("err %v, want UnreachableError for i1", err)
+		}
+	})
+	t.Run("server error", func(t *testing.T) {
+		up := vllmtest.New(t, vllmtest.Config{Status: 500})
+		_, err := p.Open(context.Background(), instance(up.URL), &Call{Endpoint: Chat, Body: rawBody(t, body)})
+		var se *StatusError
+		if !errors.As(err, &se) {
+			t.Fatalf("err %v, want StatusError", err)
+		}
+		want := &StatusError{InstanceID: "i1", Status: 500, Message: "injected failure 500", Type: "InternalServerError", Code: "500"}
+		if diff := cmp.Diff(want, se); diff != "" || !se.InstanceFault() {
+			t.Errorf("StatusError (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("unknown model", func(t *testing.T) {
+		up := vllmtest.New(t, vllmtest.Config{Model: "other"})
+		_, err := p.Open(context.Background(), instance(up.URL), &Call{Endpoint: Chat, Body: rawBody(t, body)})
+		var se *StatusError
+		if !errors.As(err, &se) || se.Status != http.StatusNotFound || se.Message != "The model `test-model` does not exist." || se.InstanceFault() {
+			t.Fatalf("err %#v", err)
+		}
+	})
+}
+
+func TestClientCancelBeforeHeadersReachesUpstream(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	up := vllmtest.New(t, vllmtest.Config{Hold: hold})
+	p := newProxy(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-up.Arrived()
+		cancel()
+	}()
+	_, err := p.Open(ctx, instance(up.URL), &Call{Endpoint: Chat, Stream: true,
+		Body: rawBody(t, `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnreachable) {
+		t.Fatalf("err %v, want context.Canceled and not retryable", err)
+	}
+	waitFor(t, func() bool { return up.Cancelled() == 1 }, "upstream to see the cancellation")
+}
+
+func TestClientGoneMidStreamCancelsUpstream(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 1000, TokenDelay: time.Millisecond})
+	p := newProxy(t, Config{})
+	ctx := context.Background()
+	resp, err := p.Open(ctx, instance(up.URL), &Call{Endpoint: Chat, Stream: true,
+		Body: rawBody(t, `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := resp.Relay(ctx, &recorder{failAfter: 3}, nil)
+	if res.Status != ResultCancelled || !errors.Is(res.Outcome.Err, errGone) || res.Outcome.Upstream {
+		t.Fatalf("status %q err %v upstream %v", res.Status, res.Outcome.Err, res.Outcome.Upstream)
+	}
+	waitFor(t, func() bool { return up.Cancelled() == 1 }, "upstream to see the cancellation")
+	if up.Finished() != 0 {
+		t.Errorf("upstream finished %d requests, want 0", up.Finished())
+	}
+}
+
+func TestContextCancelMidStream(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 1000, TokenDelay: time.Millisecond})
+	p := newProxy(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, err := p.Open(ctx, instance(up.URL), &Call{Endpoint: Chat, Stream: true,
+		Body: rawBody(t, `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := progressFunc(func(n int) {
+		if n == 2 {
+			cancel()
+		}
+	})
+	res := resp.Relay(ctx, &recorder{}, prog)
+	if res.Status != ResultCancelled || !errors.Is(res.Outcome.Err, context.Canceled) || res.Outcome.Upstream {
+		t.Fatalf("status %q err %v upstream %v", res.Status, res.Outcome.Err, res.Outcome.Upstream)
+	}
+	waitFor(t, func() bool { return up.Cancelled() == 1 }, "upstream to see the cancellation")
+}
+
+type progressFunc func(int)
+
+func (f progressFunc) Progress(n int) { f(n) }
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRewrite(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call Call
+		body string
+		want string
+	}{
+		{"model and routebalance", Call{Endpoint: Chat},
+			`{"model":"auto","routebalance":{"preset":"cost"},"n":2}`,
+			`{"model":"served","n":2}`},
+		{"clamp adds max_tokens", Call{Endpoint: Chat, MaxTokens: 10},
+			`{"model":"auto"}`, `{"max_tokens":10,"model":"served"}`},
+		{"clamp lowers max_tokens", Call{Endpoint: Completions, MaxTokens: 10},
+			`{"model":"auto","max_tokens":500}`, `{"max_tokens":10,"model":"served"}`},
+		{"tighter client limit kept", Call{Endpoint: Chat, MaxTokens: 10},
+			`{"model":"auto","max_completion_tokens":4}`, `{"max_completion_tokens":4,"model":"served"}`},
+		{"clamp lowers max_completion_tokens", Call{Endpoint: Chat, MaxTokens: 10},
+			`{"model":"auto","max_completion_tokens":40,"max_tokens":null}`, `{"max_completion_tokens":10,"max_tokens":null,"model":"served"}`},
+		{"stream asks for usage", Call{Endpoint: Chat, Stream: true},
+			`{"model":"auto","stream":true,"stream_options":null}`,
+			`{"model":"served","stream":true,"stream_options":{"include_usage":true}}`},
+		{"stream keeps other options", Call{Endpoint: Chat, Stream: true},
+			`{"model":"auto","stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`,
+			`{"model":"served","stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			call := tc.call
+			call.Body = rawBody(t, tc.body)
+			before, _ := json.Marshal(call.Body)
+			got, err := rewrite(&call, "served")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, string(got)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			after, _ := json.Marshal(call.Body)
+			if string(before) != string(after) {
+				t.Errorf("rewrite changed the caller's body: %s -> %s", before, after)
+			}
+		})
+	}
+}
+
+func TestParseUpstreamError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		raw  string
+		want StatusError
+	}{
+		{"openai envelope", `{"error":{"message":"bad","type":"invalid_request_error","param":"messages","code":"x"}}`,
+			StatusError{Status: 400, Message: "bad", Type: "invalid_request_error", Param: "messages", Code: "x"}},
+		{"vllm flat", `{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}`,
+			StatusError{Status: 400, Message: "too long", Type: "BadRequestError", Code: "400"}},
+		{"string error", `{"error":"nope"}`, StatusError{Status: 400, Message: "nope"}},
+		{"plain text", "Internal Server Error\n", StatusError{Status: 400, Message: "Internal Server Error"}},
+		{"empty", "", StatusError{Status: 400, Message: "Bad Request"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := parseUpstreamError(400, []byte(tc.raw))
+			if diff := cmp.Diff(&tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestSSEParsing feeds the relay hand-written streams: CRLF line ends,
+// "data:" without a space, comments, a multi-line data field, and a last
+// event without its blank line.
+func TestSSEParsing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stream string
+		want   []string
+		status string
+		tokens int
+	}{
+		{"crlf and comments",
+			": keep-alive\r\n\r\ndata:{\"choices\":[{\"index\":0,\"text\":\"a\"}]}\r\n\r\nevent: x\r\ndata: [DONE]\r\n\r\n",
+			[]string{`{"choices":[{"index":0,"text":"a"}]}`, "[DONE]"}, ResultOK, 1},
+		{"multi-line data",
+			"data: {\"choices\":\ndata: [{\"index\":0,\"text\":\"b\"}]}\n\ndata: [DONE]",
+			[]string{"{\"choices\":\n[{\"index\":0,\"text\":\"b\"}]}", "[DONE]"}, ResultOK, 1},
+		{"not json is relayed", "data: hello\n\ndata: [DONE]\n\n", []string{"hello", "[DONE]"}, ResultOK, 0},
+		{"upstream error event", "data: {\"error\":{\"message\":\"oom\"}}\n\ndata: [DONE]\n\n",
+			[]string{`{"error":{"message":"oom"}}`, "[DONE]"}, ResultError, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProxy(t, Config{})
+			_, cancel := context.WithCancel(context.Background())
+			r := &Response{Status: 200, p: p, body: io.NopCloser(strings.NewReader(tc.stream)), cancel: cancel, stream: true, start: p.clock.Now()}
+			w := &recorder{}
+			res := r.Relay(context.Background(), w, nil)
+			if diff := cmp.Diff(tc.want, events(t, w.String())); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			if res.Status != tc.status || res.Outcome.OutputTokens != tc.tokens {
+				t.Errorf("status %q tokens %d, want %q %d", res.Status, res.Outcome.OutputTokens, tc.status, tc.tokens)
+			}
+		})
+	}
+}
+
+func TestUpstreamURL(t *testing.T) {
+	for base, want := range map[string]string{
+		"http://h:8000":     "http://h:8000/v1/chat/completions",
+		"http://h:8000/":    "http://h:8000/v1/chat/completions",
+		"http://h:8000/v1":  "http://h:8000/v1/chat/completions",
+		"http://h:8000/v1/": "http://h:8000/v1/chat/completions",
+		"http://h/prefix":   "http://h/prefix/v1/chat/completions",
+	} {
+		if got := upstreamURL(base, Chat); got != want {
+			t.Errorf("upstreamURL(%q) = %q, want %q", base, got, want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+	if err := (Config{DialTimeout: -1}).Validate(); err == nil {
+		t.Error("negative dial timeout accepted")
+	}
+	if _, err := New(Config{MaxEventBytes: -1}, Deps{}); err == nil {
+		t.Error("New accepted a negative size")
+	}
+}

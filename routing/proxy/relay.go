@@ -1,0 +1,489 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/routebalance/routebalance/routing"
+)
+
+// Writer receives the relayed body. The api side implements it over its
+// HTTP connection; Flush pushes what was written to the client. An error
+// from either method means the client is gone.
+type Writer interface {
+	Write(p []byte) (int, error)
+	Flush() error
+}
+
+// Progress receives the running count of output tokens streamed so far;
+// *routing.Assignment implements it.
+type Progress interface {
+	Progress(tokens int)
+}
+
+// Status values of a Result, as billing.UsageEvent names them.
+const (
+	ResultOK        = "ok"
+	ResultError     = "error"
+	ResultCancelled = "cancelled"
+	ResultBudget    = "budget"
+)
+
+// Result is what happened while relaying a response.
+type Result struct {
+	// Outcome is ready to hand to Assignment.Release.
+	Outcome routing.Outcome
+	// Status is ResultOK, ResultError, ResultCancelled or ResultBudget.
+	Status string
+	// UsageReported tells whether the token counts came from the
+	// upstream's usage object rather than from counting.
+	UsageReported bool
+	// Bytes is how many body bytes reached the Writer.
+	Bytes int64
+}
+
+// Response is an upstream answer whose headers arrived with a 2xx status.
+// Relay it exactly once; Relay closes it. Close releases it unrelayed.
+type Response struct {
+	// Status is the upstream's HTTP status.
+	Status int
+
+	p        *Proxy
+	body     io.ReadCloser
+	cancel   context.CancelFunc
+	stream   bool
+	usage    bool
+	chat     bool
+	budget   float64
+	prompt   int
+	priceIn  float64
+	priceOut float64
+	start    time.Time
+}
+
+// Close aborts the upstream exchange without relaying it.
+func (r *Response) Close() {
+	r.cancel()
+	r.body.Close()
+}
+
+// Relay copies the response to w and returns what happened; it closes the
+// response. A stream is relayed one event at a time with a Flush after each
+// event, counting tokens and calling prog (may be nil) as they pass; it is
+// cut with finish_reason "length" once the budget is spent, and ended with
+// an SSE error event when the upstream dies. A non-streamed body is read
+// whole (up to Config.MaxResponseBytes) and written once; if it cannot be
+// read nothing is written and the Result carries the error. ctx must be the
+// context given to Open (or its parent): it tells a client's cancellation
+// from an upstream failure.
+func (r *Response) Relay(ctx context.Context, w Writer, prog Progress) Result {
+	defer r.Close()
+	if r.stream {
+		return r.relayStream(ctx, w, prog)
+	}
+	return r.relayBody(ctx, w)
+}
+
+func (r *Response) cost(out int) float64 {
+	return (float64(r.prompt)*r.priceIn + float64(out)*r.priceOut) / 1e6
+}
+
+func (r *Response) relayBody(ctx context.Context, w Writer) Result {
+	var res Result
+	raw, err := io.ReadAll(io.LimitReader(r.body, r.p.cfg.MaxResponseBytes+1))
+	end := r.p.clock.Now()
+	res.Outcome.E2E = end.Sub(r.start)
+	res.Outcome.PromptTokens = r.prompt
+	switch {
+	case err != nil && ctx.Err() != nil:
+		res.Outcome.Err, res.Status = fmt.Errorf("reading upstream body: %w", ctx.Err()), ResultCancelled
+		return res
+	case err != nil:
+		res.Outcome.Err, res.Outcome.Upstream, res.Status = fmt.Errorf("%w: reading body: %v", ErrStreamBroken, err), true, ResultError
+		return res
+	case int64(len(raw)) > r.p.cfg.MaxResponseBytes:
+		res.Outcome.Err, res.Outcome.Upstream, res.Status = fmt.Errorf("%w: body larger than %d bytes", ErrStreamBroken, r.p.cfg.MaxResponseBytes), true, ResultError
+		return res
+	}
+	res.Outcome.TTFT = res.Outcome.E2E // a non-streamed answer arrives at once
+	var body struct {
+		Usage   *usage `json:"usage"`
+		Choices []struct {
+			Text    string `json:"text"`
+			Message struct {
+				Content          string          `json:"content"`
+				ReasoningContent string          `json:"reasoning_content"`
+				ToolCalls        json.RawMessage `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(raw, &body) == nil {
+		if body.Usage != nil {
+			res.UsageReported = true
+			res.Outcome.PromptTokens = body.Usage.PromptTokens
+			res.Outcome.OutputTokens = body.Usage.CompletionTokens
+		} else {
+			for _, c := range body.Choices {
+				n := utf8.RuneCountInString(c.Text) + utf8.RuneCountInString(c.Message.Content) +
+					utf8.RuneCountInString(c.Message.ReasoningContent) + len(c.Message.ToolCalls)
+				res.Outcome.OutputTokens += (n + 3) / 4
+			}
+		}
+	}
+	n, werr := w.Write(raw)
+	if werr == nil {
+		werr = w.Flush()
+	}
+	res.Bytes = int64(n)
+	if werr != nil {
+		res.Outcome.Err, res.Status = fmt.Errorf("writing to client: %w", werr), ResultCancelled
+		return res
+	}
+	res.Status = ResultOK
+	return res
+}
+
+// usage is the OpenAI usage object.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// chunk is the part of a streamed chunk the relay reads.
+type chunk struct {
+	ID      string          `json:"id"`
+	Object  string          `json:"object"`
+	Created int64           `json:"created"`
+	Model   string          `json:"model"`
+	Error   json.RawMessage `json:"error"`
+	Usage   *usage          `json:"usage"`
+	Choices []struct {
+		Index int    `json:"index"`
+		Text  string `json:"text"`
+		Delta struct {
+			Content          string          `json:"content"`
+			ReasoningContent string          `json:"reasoning_content"`
+			Reasoning        string          `json:"reasoning"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+}
+
+// streamState tracks one relayed stream.
+type streamState struct {
+	r        *Response
+	w        Writer
+	out      int
+	first    time.Time
+	id       string
+	object   string
+	created  int64
+	model    string
+	open     map[int]bool // choice indexes seen without a finish_reason
+	upUsage  *usage
+	upErr    bool // the upstream sent an error event
+	bytes    int64
+	writeErr error
+}
+
+func (s *streamState) write(b []byte) bool {
+	if s.writeErr != nil {
+		return false
+	}
+	n, err := s.w.Write(b)
+	s.bytes += int64(n)
+	if err == nil {
+		err = s.w.Flush()
+	}
+	if err != nil {
+		s.writeErr = err
+		return false
+	}
+	return true
+}
+
+func (s *streamState) writeData(payload []byte) bool {
+	buf := make([]byte, 0, len(payload)+8)
+	buf = append(buf, "data: "...)
+	buf = append(buf, payload...)
+	buf = append(buf, "\n\n"...)
+	return s.write(buf)
+}
+
+func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Result {
+	s := &streamState{r: r, w: w, open: map[int]bool{}}
+	// The idle timer cancels the upstream request when no event arrives
+	// for StreamIdleTimeout; a stall is then reported as a broken stream.
+	var stalled atomic.Bool
+	idle := time.AfterFunc(r.p.cfg.StreamIdleTimeout, func() {
+		stalled.Store(true)
+		r.cancel()
+	})
+	defer idle.Stop()
+
+	br := bufio.NewReaderSize(r.body, 32<<10)
+	var data []byte // the current event's data lines, joined by "\n"
+	hasData := false
+	var readErr error
+	done, budgetHit := false, false
+	for !done && !budgetHit && s.writeErr == nil {
+		line, err := readLine(br, r.p.cfg.MaxEventBytes)
+		if err != nil {
+			readErr = err
+			break
+		}
+		idle.Reset(r.p.cfg.StreamIdleTimeout)
+		if len(line) == 0 { // end of an event
+			if !hasData {
+				continue
+			}
+			done, budgetHit = s.event(data, prog)
+			data, hasData = data[:0], false
+			continue
+		}
+		field, value := splitField(line)
+		if field != "data" {
+			continue // comments, event names, ids and retry hints are not relayed
+		}
+		if hasData {
+			data = append(data, '\n')
+		}
+		data = append(data, value...)
+		hasData = true
+		if len(data) > r.p.cfg.MaxEventBytes {
+			readErr = fmt.Errorf("event larger than %d bytes", r.p.cfg.MaxEventBytes)
+			break
+		}
+	}
+	if readErr == io.EOF && hasData && !done && !budgetHit && s.writeErr == nil {
+		// A last event without its blank line still counts.
+		done, budgetHit = s.event(data, prog)
+	}
+
+	res := Result{Bytes: 0}
+	end := r.p.clock.Now()
+	res.Outcome.E2E = end.Sub(r.start)
+	if !s.first.IsZero() {
+		res.Outcome.TTFT = s.first.Sub(r.start)
+	}
+	res.Outcome.PromptTokens, res.Outcome.OutputTokens = r.prompt, s.out
+	if s.upUsage != nil {
+		res.UsageReported = true
+		res.Outcome.PromptTokens = s.upUsage.PromptTokens
+		res.Outcome.OutputTokens = s.upUsage.CompletionTokens
+	}
+
+	switch {
+	case budgetHit:
+		s.stopForBudget()
+		res.Status = ResultBudget
+	case done && s.upErr:
+		res.Status = ResultError
+		res.Outcome.Err, res.Outcome.Upstream = fmt.Errorf("%w: upstream sent an error event", ErrStreamBroken), true
+	case done:
+		res.Status = ResultOK
+	case s.writeErr != nil:
+		res.Status = ResultCancelled
+		res.Outcome.Err = fmt.Errorf("writing to client: %w", s.writeErr)
+	case ctx.Err() != nil && !stalled.Load():
+		res.Status = ResultCancelled
+		res.Outcome.Err = fmt.Errorf("relaying stream: %w", ctx.Err())
+	default:
+		reason := "the upstream closed the stream before [DONE]"
+		switch {
+		case stalled.Load():
+			reason = fmt.Sprintf("the upstream sent nothing for %v", r.p.cfg.StreamIdleTimeout)
+		case readErr != nil && readErr != io.EOF:
+			reason = "the upstream connection failed: " + readErr.Error()
+		}
+		if s.upErr { // an error event already went out; the upstream then hung up
+			reason = "the upstream reported an error and closed the stream"
+		} else {
+			s.writeError(reason)
+		}
+		res.Status = ResultError
+		res.Outcome.Err, res.Outcome.Upstream = fmt.Errorf("%w: %s", ErrStreamBroken, reason), true
+		r.p.log.Warn("upstream stream broken", slog.String("reason", reason), slog.Int("tokens_sent", s.out))
+	}
+	if res.Status == ResultBudget && s.writeErr != nil {
+		res.Status = ResultCancelled
+		res.Outcome.Err = fmt.Errorf("writing to client: %w", s.writeErr)
+	}
+	res.Bytes = s.bytes
+	return res
+}
+
+// event handles one data payload. It reports whether the stream is over
+// ([DONE]) and whether the budget is spent.
+func (s *streamState) event(payload []byte, prog Progress) (done, budgetHit bool) {
+	if bytes.Equal(bytes.TrimSpace(payload), []byte("[DONE]")) {
+		s.write([]byte("data: [DONE]\n\n"))
+		return true, false
+	}
+	var c chunk
+	if err := json.Unmarshal(payload, &c); err != nil {
+		s.writeData(payload) // not ours to judge: relay it untouched
+		return false, false
+	}
+	if len(c.Error) > 0 && !isNull(c.Error) {
+		s.upErr = true
+		s.writeData(payload)
+		return false, false
+	}
+	if s.id == "" {
+		s.id, s.object, s.created, s.model = c.ID, c.Object, c.Created, c.Model
+	}
+	if c.Usage != nil {
+		u := *c.Usage
+		s.upUsage = &u
+		if len(c.Choices) == 0 && !s.r.usage {
+			return false, false // the usage chunk only we asked for
+		}
+	}
+	counted := 0
+	for _, ch := range c.Choices {
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			s.open[ch.Index] = false
+		} else if _, seen := s.open[ch.Index]; !seen {
+			s.open[ch.Index] = true
+		}
+		if ch.Text != "" || ch.Delta.Content != "" || ch.Delta.ReasoningContent != "" ||
+			ch.Delta.Reasoning != "" || (len(ch.Delta.ToolCalls) > 0 && !isNull(ch.Delta.ToolCalls)) {
+			counted++
+		}
+	}
+	if !s.writeData(payload) {
+		return false, false
+	}
+	if counted == 0 {
+		return false, false
+	}
+	if s.first.IsZero() {
+		s.first = s.r.p.clock.Now()
+	}
+	s.out += counted
+	if prog != nil {
+		prog.Progress(s.out)
+	}
+	if s.r.budget > 0 && s.r.cost(s.out) >= s.r.budget && s.anyOpen() {
+		return false, true
+	}
+	return false, false
+}
+
+func (s *streamState) anyOpen() bool {
+	for _, open := range s.open {
+		if open {
+			return true
+		}
+	}
+	return false
+}
+
+// stopForBudget ends every open choice with finish_reason "length", adds
+// the usage chunk when the client asked for it, and sends [DONE].
+func (s *streamState) stopForBudget() {
+	object := s.object
+	if object == "" {
+		object = "text_completion"
+		if s.r.chat {
+			object = "chat.completion.chunk"
+		}
+	}
+	for idx, open := range s.open {
+		if !open {
+			continue
+		}
+		choice := map[string]any{"index": idx, "logprobs": nil, "finish_reason": "length"}
+		if s.r.chat {
+			choice["delta"] = map[string]any{}
+		} else {
+			choice["text"] = ""
+		}
+		b, _ := json.Marshal(map[string]any{
+			"id": s.id, "object": object, "created": s.created, "model": s.model,
+			"choices": []any{choice},
+		})
+		s.writeData(b)
+	}
+	if s.r.usage {
+		prompt := s.r.prompt
+		b, _ := json.Marshal(map[string]any{
+			"id": s.id, "object": object, "created": s.created, "model": s.model,
+			"choices": []any{},
+			"usage": map[string]int{
+				"prompt_tokens": prompt, "completion_tokens": s.out, "total_tokens": prompt + s.out,
+			},
+		})
+		s.writeData(b)
+	}
+	s.write([]byte("data: [DONE]\n\n"))
+}
+
+// writeError ends a broken stream with an error event in OpenAI's
+// envelope (the OpenAI SDKs surface it as an error).
+func (s *streamState) writeError(msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": msg, "type": "upstream_error", "param": nil, "code": "upstream_stream_broken",
+	}})
+	s.writeData(b)
+}
+
+// readLine returns one line without its terminator ("\n", "\r\n" or
+// "\r\n"), at most max bytes long.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var long []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			long = append(long, frag...)
+			if len(long) > max {
+				return nil, fmt.Errorf("line longer than %d bytes", max)
+			}
+			continue
+		}
+		if err != nil {
+			if err == io.EOF && len(frag)+len(long) > 0 {
+				// a final line without a newline: hand it over, EOF next time
+				return trimEOL(append(long, frag...)), nil
+			}
+			return nil, err
+		}
+		if long != nil {
+			frag = append(long, frag...)
+		}
+		return trimEOL(frag), nil
+	}
+}
+
+func trimEOL(b []byte) []byte {
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	return bytes.TrimSuffix(b, []byte("\r"))
+}
+
+// splitField splits an SSE line into field and value; one space after the
+// colon is dropped, as the SSE format says.
+func splitField(line []byte) (string, []byte) {
+	i := bytes.IndexByte(line, ':')
+	if i < 0 {
+		return string(line), nil
+	}
+	if i == 0 {
+		return "", nil // a comment
+	}
+	v := line[i+1:]
+	if len(v) > 0 && v[0] == ' ' {
+		v = v[1:]
+	}
+	return string(line[:i]), v
+}
+
