@@ -486,4 +486,3 @@ func splitField(line []byte) (string, []byte) {
 	}
 	return string(line[:i]), v
 }
-
