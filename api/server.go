@@ -38,6 +38,7 @@ func New(cfg Config, deps Deps) *Server {
 	s.app = fiber.New(fiber.Config{BodyLimit: cfg.BodyLimit, DisableStartupMessage: true})
 	s.mountManagement(s.app.Group("/api/v1"))
 	s.mountInference(s.app.Group("/v1"))
+	s.mountWeb(s.app) // last: its catch-all serves the dashboard
 	return s
 }
 

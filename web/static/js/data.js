@@ -1,0 +1,74 @@
+// data.js: reading the API's shapes the pages share — the current cluster
+// and usage rows from GET /api/v1/usage.
+
+import { list } from './api.js';
+
+const CLUSTER_KEY = 'routebalance.cluster';
+
+/**
+ * loadClusters returns {clusters, cluster, settings}: the tenant's clusters,
+ * the one the dashboard works on (the last one picked here, else the
+ * tenant's default_cluster_id, else the first) and the tenant settings.
+ */
+export async function loadClusters(api) {
+  const [cl, settings] = await Promise.all([
+    api.get('/clusters'),
+    api.get('/settings').catch((e) => { if (e.notFound) return null; throw e; }),
+  ]);
+  const clusters = list(cl, 'clusters');
+  const want = localStorage.getItem(CLUSTER_KEY) || (settings && settings.default_cluster_id) || '';
+  const cluster = clusters.find((c) => c.id === want) || clusters[0] || null;
+  return { clusters, cluster, settings };
+}
+
+/** rememberCluster makes id the cluster the dashboard pages show. */
+export function rememberCluster(id) {
+  if (id) localStorage.setItem(CLUSTER_KEY, id); else localStorage.removeItem(CLUSTER_KEY);
+}
+
+function pick(o, ...names) {
+  for (const n of names) if (o && o[n] !== undefined && o[n] !== null) return o[n];
+  return undefined;
+}
+
+/** usageRow reads one usage group (or the totals) into fixed names. */
+export function usageRow(r) {
+  const num = (...n) => { const v = pick(r, ...n); return v === undefined ? null : Number(v); };
+  return {
+    key: String(pick(r, 'key', 'group', 'bucket', 'time', 'hour', 'day', 'model', 'instance_id', 'key_id') ?? ''),
+    label: pick(r, 'label', 'name', 'key_name', 'instance', 'model'),
+    requests: num('requests', 'count') ?? 0,
+    promptTokens: num('prompt_tokens', 'input_tokens', 'tokens_in') ?? 0,
+    outputTokens: num('output_tokens', 'completion_tokens', 'tokens_out') ?? 0,
+    costUSD: num('cost_usd', 'cost') ?? 0,
+    billedUSD: num('billed_usd', 'billed') ?? 0,
+    meanE2E: num('mean_e2e_ms', 'e2e_mean_ms', 'avg_e2e_ms'),
+    p50E2E: num('p50_e2e_ms', 'e2e_p50_ms', 'median_e2e_ms'),
+    p95E2E: num('p95_e2e_ms', 'e2e_p95_ms'),
+    meanTTFT: num('mean_ttft_ms', 'ttft_mean_ms', 'avg_ttft_ms'),
+    p50TTFT: num('p50_ttft_ms', 'ttft_p50_ms'),
+    p95TTFT: num('p95_ttft_ms', 'ttft_p95_ms'),
+    quality: num('mean_predicted_quality', 'mean_quality', 'predicted_quality'),
+    errors: num('errors', 'error_count') ?? 0,
+  };
+}
+
+/** fetchUsage calls GET /api/v1/usage and returns {totals, rows} in usageRow form. */
+export async function fetchUsage(api, { from, to, groupBy }) {
+  const q = new URLSearchParams({ from: from.toISOString(), to: to.toISOString(), group_by: groupBy });
+  const resp = await api.get(`/usage?${q}`);
+  const rows = list(resp, 'groups', 'rows', 'buckets').map(usageRow);
+  const totals = usageRow((resp && resp.totals) || {});
+  return { totals, rows };
+}
+
+/** bucketTime reads a time-bucket key as epoch ms (NaN when it is not a time). */
+export function bucketTime(key) {
+  const t = Date.parse(key);
+  return t;
+}
+
+/** monthStart is 00:00 UTC on the first of the current month (the billing period). */
+export function monthStart(now = new Date()) {
+  return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
+}

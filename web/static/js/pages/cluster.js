@@ -1,0 +1,344 @@
+// pages/cluster.js: the tenant's cluster — register instances (with a Test
+// connection check before saving), edit, disable, delete, and a live table
+// of each instance's routing state from GET /api/v1/clusters/{id}/state.
+
+import { h, replace, field, toast, confirmDialog, fmtNum, fmtInt, fmtUSD, fmtMs } from '../dom.js';
+import { list } from '../api.js';
+import { loadClusters, rememberCluster } from '../data.js';
+
+const STATE_MS = 3000;
+const GPUS = ['H100-80G', 'H200', 'A100-80G', 'A100-40G', 'L40S', 'A10G', 'L4', 'RTX-4090', 'T4'];
+
+export function render(ctx) {
+  const root = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
+  const page = h('section', { class: 'page' }, h('div', { class: 'page-head' }, h('h1', {}, 'Cluster')), root);
+  load();
+  return page;
+
+  async function load() {
+    let data;
+    try {
+      data = await loadClusters(ctx.api);
+    } catch (e) {
+      replace(root, h('p', { class: 'alert alert-error', role: 'alert' }, `Could not load clusters: ${e.message}`));
+      return;
+    }
+    if (ctx.signal.aborted) return;
+    if (!data.cluster) { replace(root, createClusterPanel(true)); return; }
+    replace(root, clusterView(data));
+  }
+
+  function createClusterPanel(first) {
+    const name = field('Cluster name', h('input', { name: 'cluster-name', required: true, maxlength: 100, value: first ? 'default' : '' }),
+      { hint: 'A cluster is a set of inference servers that RouteBalance routes across.' });
+    const btn = h('button', { type: 'submit', class: 'btn btn-primary' }, 'Create cluster');
+    const form = h('form', { class: 'form-row', novalidate: true }, name.el, h('div', { class: 'actions' }, btn));
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      name.clear();
+      const v = name.control.value.trim();
+      if (!v) { name.setError('Enter a name.'); name.control.focus(); return; }
+      btn.disabled = true;
+      try {
+        const c = await ctx.api.post('/clusters', { name: v });
+        rememberCluster(c.id);
+        toast(`Cluster “${c.name || v}” created.`);
+        load();
+      } catch (err) {
+        name.setError(err.status === 409 ? 'A cluster with this name already exists.' : err.message);
+        name.control.focus();
+      } finally { btn.disabled = false; }
+    });
+    return h('div', { class: 'panel' }, h('h2', {}, first ? 'Create your first cluster' : 'New cluster'), form);
+  }
+
+  function clusterView({ clusters, cluster }) {
+    const sel = h('select', { id: 'cluster-select' }, clusters.map((c) => h('option', { value: c.id, selected: c.id === cluster.id }, c.name || c.id)));
+    sel.addEventListener('change', () => { rememberCluster(sel.value); load(); });
+    const newBtn = h('button', { type: 'button', class: 'btn' }, 'New cluster');
+    const delBtn = h('button', { type: 'button', class: 'btn btn-danger-ghost' }, 'Delete cluster');
+    const newSlot = h('div', {});
+    newBtn.addEventListener('click', () => { replace(newSlot, createClusterPanel(false)); newSlot.querySelector('input').focus(); });
+    delBtn.addEventListener('click', async () => {
+      if (!(await confirmDialog(`Delete cluster “${cluster.name}”?`, 'Its instances are removed and keys bound to it stop working. This cannot be undone.', 'Delete cluster'))) return;
+      try {
+        await ctx.api.del(`/clusters/${encodeURIComponent(cluster.id)}`);
+        rememberCluster('');
+        toast('Cluster deleted.');
+        load();
+      } catch (e) { toast(`Could not delete: ${e.message}`, 'error'); }
+    });
+    const cid = encodeURIComponent(cluster.id);
+    const instSlot = h('div', {}, h('p', { class: 'muted' }, 'Loading instances…'));
+    const formSlot = h('div', {});
+    const stateSlot = h('div', {}, h('p', { class: 'muted' }, 'Loading live state…'));
+    const addBtn = h('button', { type: 'button', class: 'btn btn-primary' }, 'Register instance');
+    addBtn.addEventListener('click', () => openForm(null));
+    let instances = [];
+
+    function openForm(inst) {
+      replace(formSlot, instanceForm(ctx, cid, inst, () => { replace(formSlot); addBtn.hidden = false; refreshInstances(); }, () => { replace(formSlot); addBtn.hidden = false; addBtn.focus(); }));
+      addBtn.hidden = true;
+      formSlot.querySelector('input').focus();
+      formSlot.scrollIntoView({ block: 'nearest' });
+    }
+
+    async function refreshInstances() {
+      try {
+        instances = list(await ctx.api.get(`/clusters/${cid}/instances`), 'instances');
+      } catch (e) {
+        replace(instSlot, h('p', { class: 'alert alert-error' }, `Could not load instances: ${e.message}`));
+        return;
+      }
+      if (ctx.signal.aborted) return;
+      if (!instances.length) {
+        replace(instSlot, h('p', { class: 'empty' }, 'No instances yet. Register the vLLM servers of this cluster — each one with its served model, GPU and prices.'));
+        if (!formSlot.firstChild) openForm(null);
+        return;
+      }
+      replace(instSlot, instanceTable(instances));
+    }
+
+    function instanceTable(insts) {
+      return h('div', { class: 'table-wrap' }, h('table', { class: 'table' },
+        h('caption', { class: 'sr-only' }, 'Registered instances'),
+        h('thead', {}, h('tr', {}, ['Base URL', 'Model', 'GPU', 'TP', 'In $/Mtok', 'Out $/Mtok', 'Max conc.', 'Status', ''].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, insts.map((i) => {
+          const edit = h('button', { type: 'button', class: 'btn btn-small' }, 'Edit');
+          edit.setAttribute('aria-label', `Edit ${i.model} at ${i.base_url}`);
+          edit.addEventListener('click', () => openForm(i));
+          const toggle = h('button', { type: 'button', class: 'btn btn-small' }, i.disabled ? 'Enable' : 'Disable');
+          toggle.setAttribute('aria-label', `${i.disabled ? 'Enable' : 'Disable'} ${i.model} at ${i.base_url}`);
+          toggle.addEventListener('click', async () => {
+            toggle.disabled = true;
+            try {
+              await ctx.api.patch(`/clusters/${cid}/instances/${encodeURIComponent(i.id)}`, { disabled: !i.disabled });
+              toast(i.disabled ? 'Instance enabled.' : 'Instance disabled: no new requests go to it.');
+              refreshInstances();
+            } catch (e) { toast(`Could not change it: ${e.message}`, 'error'); toggle.disabled = false; }
+          });
+          const del = h('button', { type: 'button', class: 'btn btn-small btn-danger-ghost' }, 'Delete');
+          del.setAttribute('aria-label', `Delete ${i.model} at ${i.base_url}`);
+          del.addEventListener('click', async () => {
+            if (!(await confirmDialog('Delete this instance?', `${i.model} at ${i.base_url} stops receiving requests. Usage history is kept.`, 'Delete instance'))) return;
+            try {
+              await ctx.api.del(`/clusters/${cid}/instances/${encodeURIComponent(i.id)}`);
+              toast('Instance deleted.');
+              refreshInstances();
+            } catch (e) { toast(`Could not delete: ${e.message}`, 'error'); }
+          });
+          return h('tr', { class: i.disabled ? 'is-disabled' : '' },
+            h('td', { class: 'mono wrap' }, i.base_url), h('td', {}, i.model), h('td', {}, i.gpu || '—'),
+            h('td', { class: 'num' }, i.tensor_parallel || 1),
+            h('td', { class: 'num' }, fmtUSD(i.price_in_per_mtok)), h('td', { class: 'num' }, fmtUSD(i.price_out_per_mtok)),
+            h('td', { class: 'num' }, i.max_concurrency ? fmtInt(i.max_concurrency) : 'default'),
+            h('td', {}, i.disabled ? h('span', { class: 'badge badge-off' }, 'disabled') : h('span', { class: 'badge badge-on' }, 'enabled')),
+            h('td', { class: 'row-actions' }, edit, toggle, del));
+        }))));
+    }
+
+    const stateStatus = h('span', { class: 'muted small' });
+    async function refreshState() {
+      let st;
+      try {
+        st = await ctx.api.get(`/clusters/${cid}/state`);
+      } catch (e) {
+        if (ctx.signal.aborted) return;
+        if (e.notFound) {
+          replace(stateSlot, h('p', { class: 'unavailable' }, `Live state is not available on this server (GET /api/v1/clusters/{id}/state answered ${e.status}).`));
+        } else {
+          stateStatus.textContent = `Could not refresh: ${e.message}`;
+        }
+        return;
+      }
+      if (ctx.signal.aborted) return;
+      replace(stateSlot, stateTable(list(st, 'instances', 'state'), instances));
+      stateStatus.textContent = `Updated ${new Date().toLocaleTimeString('en-US', { hour12: false })} · every ${STATE_MS / 1000} s`;
+    }
+
+    refreshInstances();
+    ctx.every(STATE_MS, refreshState);
+
+    return h('div', {},
+      h('div', { class: 'toolbar' },
+        h('div', { class: 'inline-field' }, h('label', { for: sel.id }, 'Cluster'), sel),
+        h('span', { class: 'muted small mono' }, `id ${cluster.id}`),
+        h('span', { class: 'spacer' }), newBtn, delBtn),
+      newSlot,
+      h('div', { class: 'panel' },
+        h('div', { class: 'panel-head' }, h('h2', {}, 'Instances'), addBtn),
+        instSlot, formSlot),
+      h('div', { class: 'panel' },
+        h('div', { class: 'panel-head' }, h('h2', {}, 'Live state'), stateStatus),
+        h('p', { class: 'muted small' }, 'What the router believes about each instance right now: health, requests in flight and queued, predicted decode tokens still pending, predicted time per output token (TPOT̂) and the age of the last /metrics scrape.'),
+        stateSlot));
+  }
+}
+
+function pick(o, ...names) {
+  for (const n of names) if (o && o[n] !== undefined && o[n] !== null) return o[n];
+  return undefined;
+}
+
+function stateTable(rows, instances) {
+  if (!rows.length) return h('p', { class: 'empty' }, 'The router has no state for this cluster yet — it appears once an instance is registered and probed.');
+  const byId = new Map(instances.map((i) => [i.id, i]));
+  return h('div', { class: 'table-wrap' }, h('table', { class: 'table', id: 'state-table' },
+    h('caption', { class: 'sr-only' }, 'Live instance state'),
+    h('thead', {}, h('tr', {}, ['Instance', 'Health', 'In flight', 'Queue', 'Pending tokens', 'TPOT̂', 'Last scrape', 'Estimates'].map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', {}, rows.map((r) => {
+      const idv = pick(r, 'instance_id', 'id');
+      const inst = byId.get(idv);
+      const healthy = pick(r, 'healthy');
+      const health = pick(r, 'health', 'status');
+      const ok = healthy !== undefined ? !!healthy : health === 'healthy' || health === 'ok' || health === true;
+      const tpotMs = pick(r, 'tpot_ms') ?? (pick(r, 'tpot_s', 'tpot_seconds', 'tpot') !== undefined ? pick(r, 'tpot_s', 'tpot_seconds', 'tpot') * 1000 : undefined);
+      const ageMs = pick(r, 'scrape_age_ms', 'last_scrape_age_ms', 'staleness_ms') ?? (pick(r, 'scrape_age_s', 'staleness_s') !== undefined ? pick(r, 'scrape_age_s', 'staleness_s') * 1000 : undefined);
+      const stale = !!pick(r, 'stale', 'scrape_stale');
+      const label = inst ? `${inst.model} @ ${hostOf(inst.base_url)}` : (pick(r, 'model') ? `${pick(r, 'model')} @ ${hostOf(pick(r, 'base_url') || '')}` : idv);
+      const disabled = pick(r, 'disabled') || (inst && inst.disabled);
+      return h('tr', {},
+        h('td', {}, label),
+        h('td', {}, disabled ? h('span', { class: 'badge badge-off' }, 'disabled')
+          : ok ? h('span', { class: 'badge badge-on' }, 'healthy') : h('span', { class: 'badge badge-bad' }, typeof health === 'string' ? health : 'unhealthy')),
+        h('td', { class: 'num' }, fmtInt(pick(r, 'in_flight', 'inflight'))),
+        h('td', { class: 'num' }, fmtInt(pick(r, 'queue', 'queued', 'queue_len', 'waiting'))),
+        h('td', { class: 'num' }, fmtInt(pick(r, 'pending_tokens', 'pending_decode_tokens'))),
+        h('td', { class: 'num' }, tpotMs === undefined ? '—' : `${fmtNum(tpotMs, 1)} ms`),
+        h('td', { class: 'num' }, ageMs === undefined ? 'never' : h('span', { class: stale ? 'stale' : '' }, fmtMs(ageMs), stale ? ' (stale)' : '')),
+        h('td', {}, String(pick(r, 'estimate_source', 'source', 'latency_source') ?? '—')));
+    }))));
+}
+
+function hostOf(u) {
+  try { return new URL(u).host; } catch { return u || '?'; }
+}
+
+/** instanceForm registers (inst = null) or edits an instance. */
+function instanceForm(ctx, cid, inst, onSaved, onCancel) {
+  const editing = !!inst;
+  const v = inst || {};
+  const num = (name, attrs) => h('input', { name, type: 'number', inputmode: 'decimal', ...attrs });
+  const gpuList = h('datalist', { id: 'gpu-list' }, GPUS.map((g) => h('option', { value: g })));
+  const f = {
+    base_url: field('Base URL', h('input', { name: 'base_url', type: 'url', required: true, placeholder: 'http://10.0.0.5:8000', value: v.base_url || '', autocomplete: 'off' }),
+      { hint: 'The vLLM server’s OpenAI-compatible root (without /v1).', wide: true }),
+    model: field('Served model name', h('input', { name: 'model', required: true, placeholder: 'Qwen/Qwen2.5-7B-Instruct', value: v.model || '', autocomplete: 'off' }), { hint: 'As vLLM reports it in /v1/models.' }),
+    gpu: field('GPU type', h('input', { name: 'gpu', list: 'gpu-list', placeholder: 'A100-80G', value: v.gpu || '', autocomplete: 'off' })),
+    tensor_parallel: field('Tensor-parallel size', num('tensor_parallel', { min: 1, max: 64, step: 1, value: v.tensor_parallel || 1 })),
+    price_in_per_mtok: field('Input price ($ per 1M tokens)', num('price_in_per_mtok', { min: 0, step: 'any', value: v.price_in_per_mtok ?? '' })),
+    price_out_per_mtok: field('Output price ($ per 1M tokens)', num('price_out_per_mtok', { min: 0, step: 'any', value: v.price_out_per_mtok ?? '' })),
+    max_concurrency: field('Max concurrency', num('max_concurrency', { min: 0, step: 1, value: v.max_concurrency || '' }), { hint: 'Requests in flight at once; empty = the router’s default.' }),
+    quality_prior: field('Quality prior (0–1)', num('quality_prior', { min: 0, max: 1, step: 0.01, value: v.quality_prior || '' }), { hint: 'Predicted quality when no labels exist; empty = 0.5.' }),
+    api_key: field('Upstream API key', h('input', { name: 'api_key', type: 'password', autocomplete: 'new-password', placeholder: editing && v.has_api_key ? '•••••• (stored — leave empty to keep)' : 'optional' }),
+      { hint: 'Sent to the instance as a bearer token; stored encrypted and never shown again.' }),
+  };
+  const testBtn = h('button', { type: 'button', class: 'btn' }, 'Test connection');
+  const saveBtn = h('button', { type: 'submit', class: 'btn btn-primary' }, editing ? 'Save changes' : 'Register instance');
+  const cancelBtn = h('button', { type: 'button', class: 'btn btn-ghost' }, 'Cancel');
+  const result = h('div', { class: 'test-result', 'aria-live': 'polite' });
+  const formErr = h('p', { class: 'form-error', role: 'alert' });
+  cancelBtn.addEventListener('click', onCancel);
+
+  const form = h('form', { class: 'instance-form', novalidate: true },
+    h('h3', {}, editing ? `Edit ${v.model}` : 'Register an instance'),
+    gpuList,
+    h('div', { class: 'form-grid' }, Object.values(f).map((x) => x.el)),
+    result, formErr,
+    h('div', { class: 'actions' }, testBtn, saveBtn, cancelBtn));
+
+  function values() {
+    for (const x of Object.values(f)) x.clear();
+    formErr.textContent = '';
+    const out = {};
+    let bad = false;
+    const url = f.base_url.control.value.trim();
+    if (!url) { f.base_url.setError('Enter the server’s base URL.'); bad = true; }
+    else {
+      try {
+        const u = new URL(url);
+        if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('scheme');
+      } catch { f.base_url.setError('Enter a full http:// or https:// URL.'); bad = true; }
+    }
+    out.base_url = url.replace(/\/+$/, '');
+    out.model = f.model.control.value.trim();
+    if (!out.model) { f.model.setError('Enter the served model name.'); bad = true; }
+    out.gpu = f.gpu.control.value.trim();
+    const numv = (key, { int, min, max, dflt }) => {
+      const raw = f[key].control.value.trim();
+      if (raw === '') return dflt;
+      const n = Number(raw);
+      if (!Number.isFinite(n) || (int && !Number.isInteger(n)) || n < min || (max !== undefined && n > max)) {
+        f[key].setError(`Enter ${int ? 'a whole number' : 'a number'} ${max !== undefined ? `from ${min} to ${max}` : `≥ ${min}`}.`);
+        bad = true;
+        return dflt;
+      }
+      return n;
+    };
+    out.tensor_parallel = numv('tensor_parallel', { int: true, min: 1, max: 64, dflt: 1 });
+    out.price_in_per_mtok = numv('price_in_per_mtok', { min: 0, dflt: 0 });
+    out.price_out_per_mtok = numv('price_out_per_mtok', { min: 0, dflt: 0 });
+    out.max_concurrency = numv('max_concurrency', { int: true, min: 0, dflt: 0 });
+    const qp = numv('quality_prior', { min: 0, max: 1, dflt: undefined });
+    if (qp !== undefined) out.quality_prior = qp;
+    const key = f.api_key.control.value;
+    if (key) out.api_key = key;
+    return bad ? null : out;
+  }
+
+  function fieldError(err) {
+    const target = f[(err.param || '').replace(/^instance\./, '')];
+    if (target) { target.setError(err.message); target.control.focus(); } else formErr.textContent = err.message;
+  }
+
+  testBtn.addEventListener('click', async () => {
+    const body = values();
+    if (!body) { form.querySelector('[aria-invalid="true"]')?.focus(); return; }
+    const req = { base_url: body.base_url, model: body.model };
+    if (body.api_key) req.api_key = body.api_key;
+    if (editing) { req.cluster_id = decodeURIComponent(cid); req.instance_id = v.id; }
+    testBtn.disabled = true;
+    replace(result, h('p', { class: 'muted' }, 'Checking /health and /v1/models…'));
+    try {
+      const r = await ctx.api.post('/instances/test', req);
+      replace(result, testReport(r, body.model));
+    } catch (e) {
+      if (e.status === 404 && !e.param) replace(result, h('p', { class: 'unavailable' }, 'Test connection is not available on this server (POST /api/v1/instances/test answered 404).'));
+      else if (e.status === 400) fieldError(e);
+      else replace(result, h('p', { class: 'alert alert-error' }, e.message));
+    } finally { testBtn.disabled = false; }
+  });
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const body = values();
+    if (!body) { form.querySelector('[aria-invalid="true"]')?.focus(); return; }
+    saveBtn.disabled = true;
+    try {
+      if (editing) await ctx.api.patch(`/clusters/${cid}/instances/${encodeURIComponent(v.id)}`, body);
+      else await ctx.api.post(`/clusters/${cid}/instances`, body);
+      toast(editing ? 'Instance saved.' : 'Instance registered. Requests can be routed to it now.');
+      onSaved();
+    } catch (err) {
+      fieldError(err);
+    } finally { saveBtn.disabled = false; }
+  });
+  return form;
+}
+
+function testReport(r, model) {
+  const line = (label, c) => {
+    const ok = c && c.ok;
+    return h('li', { class: ok ? 'ok' : 'bad' }, h('strong', {}, label), ' — ',
+      ok ? `OK (HTTP ${c.status}, ${fmtMs(c.latency_ms)})` : `failed${c && c.status ? ` (HTTP ${c.status})` : ''}: ${(c && c.error) || 'no answer'}`);
+  };
+  const ids = (r.models && r.models.ids) || [];
+  const found = r.model_found;
+  return h('div', { class: r.ok ? 'alert alert-ok' : 'alert alert-error', role: 'status' },
+    h('p', {}, h('strong', {}, r.ok ? 'Connection works.' : 'Connection test failed.'), r.message ? ` ${r.message}` : ''),
+    h('ul', { class: 'checks' },
+      line('GET /health', r.health),
+      line('GET /v1/models', r.models),
+      r.models && r.models.ok ? h('li', { class: found ? 'ok' : 'bad' }, h('strong', {}, 'Model'), ' — ',
+        found ? `“${model}” is served.` : `“${model}” is not in the served list: ${ids.join(', ') || '(empty)'}`) : null));
+}
