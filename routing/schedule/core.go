@@ -1,0 +1,871 @@
+package schedule
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/fleet"
+)
+
+// Core is the synchronous scheduler of one cluster: batch decisions
+// (estimates, filters, score, LPT, greedy assignment), admission queues,
+// stickiness and live fleet state. It starts no goroutines and reads time
+// only from its arguments, so the live Router and the discrete-event
+// simulator drive the same code:
+//
+//	core, _ := schedule.NewCore(cfg, deps, &cluster)
+//	t := &schedule.Ticket{Req: req, Notify: onAdmitOrReject}
+//	core.Assign(ctx, now, []*schedule.Ticket{t}) // decides, admits or queues
+//	...
+//	core.Release(now, t, outcome)                 // may admit queued tickets
+//
+// Assign calls are serialised by the caller (one owner); Release, Progress,
+// Cancel and State may be called from any goroutine.
+type Core struct {
+	cfg  Config
+	deps Deps
+
+	assignMu sync.Mutex // serialises Assign and Update (scratch, models)
+
+	mu        sync.Mutex // guards everything below
+	fleet     *fleet.Fleet
+	version   int64
+	clusterID string
+	policyCfg routing.PolicyConfig
+	policies  map[string]Policy
+	models    []string
+	priors    []float64
+	sources   []routing.EstimateSource
+	modelOf   map[string]int
+	queues    map[*fleet.Member]*admitQueue
+	sticky    *stickyMap
+	seq       uint64
+	lastBatch int
+
+	// scratch, guarded by assignMu (and mu while deciding)
+	snaps   []fleet.Snapshot
+	view    []slot
+	ests    []routing.PromptEstimate
+	prompts []string
+	order   []int
+	cands   []Candidate
+	explore []bool
+	live    []*Ticket
+	notify  []*Ticket
+}
+
+// slot is the local view of one instance during a batch.
+type slot struct {
+	member    *fleet.Member
+	inst      *routing.Instance
+	model     int
+	healthy   bool
+	exploring bool
+	inflight  int
+	queue     int
+	cap       int
+	running   float64
+	waiting   float64
+	kv        float64
+	pending   float64
+	tpot      float64 // seconds per token with one more sequence
+}
+
+// NewCore returns the scheduler of cluster c.
+func NewCore(cfg Config, deps Deps, c *routing.Cluster) (*Core, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	deps = deps.withDefaults(cfg)
+	core := &Core{
+		cfg:     cfg,
+		deps:    deps,
+		fleet:   fleet.New(cfg.Fleet, nil),
+		queues:  map[*fleet.Member]*admitQueue{},
+		sticky:  newStickyMap(cfg.StickyTTL, cfg.StickyMax),
+		version: math.MinInt64,
+	}
+	if _, err := core.Update(c); err != nil {
+		return nil, err
+	}
+	return core, nil
+}
+
+// Fleet returns the cluster's live instance state.
+func (c *Core) Fleet() *fleet.Fleet { return c.fleet }
+
+// Version returns the cluster version the core currently schedules.
+func (c *Core) Version() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
+// Update switches to a new version of the cluster. Instances whose ID
+// persists keep their live state; tickets queued on removed instances are
+// returned to be assigned again (their state is reset to undecided). An
+// unchanged version does nothing.
+func (c *Core) Update(cl *routing.Cluster) ([]*Ticket, error) {
+	c.assignMu.Lock()
+	defer c.assignMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl.Version == c.version {
+		return nil, nil
+	}
+	pc := cl.Policy
+	if pc.Name == "" {
+		pc.Name = c.cfg.DefaultPolicy
+	}
+	pol, err := c.deps.Policies.New(pc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", cl.ID, err)
+	}
+	c.policyCfg = pc
+	c.policies = map[string]Policy{pc.Name: pol}
+	c.clusterID = cl.ID
+	c.version = cl.Version
+
+	c.fleet.Rebuild(cl.Instances)
+	c.models, c.priors, c.sources = c.models[:0], c.priors[:0], c.sources[:0]
+	c.modelOf = map[string]int{}
+	for _, in := range cl.Instances {
+		m, ok := c.modelOf[in.Model]
+		if !ok {
+			m = len(c.models)
+			c.modelOf[in.Model] = m
+			c.models = append(c.models, in.Model)
+			c.priors = append(c.priors, 0)
+			c.sources = append(c.sources, routing.SourcePrior)
+		}
+		if in.QualityPrior > c.priors[m] {
+			c.priors[m] = in.QualityPrior
+		}
+	}
+	for m := range c.priors {
+		if c.priors[m] == 0 {
+			c.priors[m] = c.cfg.DefaultQualityPrior
+		}
+	}
+	listed := map[*fleet.Member]bool{}
+	for _, m := range c.fleet.Members() {
+		listed[m] = true
+	}
+	var orphans []*Ticket
+	for m, q := range c.queues {
+		if listed[m] {
+			continue
+		}
+		for _, t := range *q {
+			c.unqueued(t)
+			t.state, t.q, t.member = ticketNew, nil, nil
+			orphans = append(orphans, t)
+		}
+		delete(c.queues, m)
+	}
+	slices.SortFunc(orphans, func(a, b *Ticket) int { return int(a.seq - b.seq) })
+	return orphans, nil
+}
+
+func (c *Core) capOf(in *routing.Instance) int {
+	if in.MaxConcurrency > 0 {
+		return in.MaxConcurrency
+	}
+	return c.cfg.DefaultMaxConcurrency
+}
+
+// BatchLimit returns how many waiting requests the next batch may take:
+// Config.Batch.Limit of the share of healthy instances at capacity.
+func (c *Core) BatchLimit(now time.Time) int {
+	if c.cfg.Batch.Fixed > 0 || c.cfg.Batch.NoAdaptive {
+		return c.cfg.Batch.Limit(0)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.snaps = c.fleet.Snapshot(now, c.snaps)
+	healthy, busy := 0, 0
+	for i := range c.snaps {
+		s := &c.snaps[i]
+		if !s.Healthy || s.Instance.Disabled {
+			continue
+		}
+		healthy++
+		if s.InFlight >= c.capOf(s.Instance) {
+			busy++
+		}
+	}
+	if healthy == 0 {
+		return c.cfg.Batch.Limit(0)
+	}
+	return c.cfg.Batch.Limit(float64(busy) / float64(healthy))
+}
+
+// Assign decides a batch of tickets at now: one estimator call for the
+// batch, then for each request (longest predicted output first) filters,
+// scores and a greedy pick on the local view of the fleet, updated after
+// every pick. Each ticket is then admitted on its instance (Notify called)
+// or queued behind its in-flight cap (Notify called later by Release), or
+// rejected (Err set, Notify called). Tickets cancelled before Assign are
+// skipped. Calls must not overlap.
+func (c *Core) Assign(ctx context.Context, now time.Time, tickets []*Ticket) {
+	c.assignMu.Lock()
+	defer c.assignMu.Unlock()
+	start := c.deps.Stopwatch()
+
+	c.mu.Lock()
+	c.live = c.live[:0]
+	for _, t := range tickets {
+		if t.state == ticketNew {
+			c.live = append(c.live, t)
+		}
+	}
+	c.mu.Unlock()
+	n := len(c.live)
+	if n == 0 {
+		return
+	}
+
+	// Estimates, once per batch, outside the lock.
+	c.prompts = c.prompts[:0]
+	for _, t := range c.live {
+		c.prompts = append(c.prompts, t.Req.Prompt)
+	}
+	if cap(c.ests) < n {
+		c.ests = append(c.ests[:cap(c.ests)], make([]routing.PromptEstimate, n-cap(c.ests))...)
+	}
+	ests := c.ests[:n]
+	if err := c.deps.Estimator.Estimate(ctx, c.prompts, c.models, c.priors, ests); err != nil {
+		c.deps.Logger.WarnContext(ctx, "estimator failed; using priors", slog.String("cluster", c.clusterID), slog.Any("err", err))
+		_ = priorEstimator{tokens: c.cfg.DefaultOutputTokens}.Estimate(ctx, c.prompts, c.models, c.priors, ests)
+	}
+	if c.deps.Labels != nil {
+		for j, t := range c.live {
+			if c.policyName(t.Req) == PolicyOracle {
+				c.deps.Labels.TrueLabels(t.Req, c.models, &ests[j])
+			}
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.buildView(now)
+	c.lastBatch = n
+	c.orderBatch(ests)
+	c.notify = c.notify[:0]
+	for _, j := range c.order {
+		t := c.live[j]
+		if t.state != ticketNew {
+			continue // cancelled while estimating
+		}
+		c.decide(now, t, &ests[j], n)
+	}
+	elapsed := c.deps.Stopwatch() - start
+	for _, t := range c.live {
+		t.Decision.DecisionTime = elapsed
+	}
+	for _, t := range c.notify {
+		t.Notify(t)
+	}
+	c.notify = c.notify[:0]
+}
+
+// policyName is the effective policy name of a request.
+func (c *Core) policyName(r *routing.Request) string {
+	if r.Policy != "" {
+		return r.Policy
+	}
+	return c.policyCfg.Name
+}
+
+// policyFor returns the request's policy, building a per-request override
+// with default parameters on first use.
+func (c *Core) policyFor(r *routing.Request) (Policy, string, error) {
+	name := c.policyName(r)
+	if p, ok := c.policies[name]; ok {
+		return p, name, nil
+	}
+	p, err := c.deps.Policies.New(routing.PolicyConfig{Name: name})
+	if err != nil {
+		return nil, name, err
+	}
+	c.policies[name] = p
+	return p, name, nil
+}
+
+// buildView snapshots the fleet into the local view.
+func (c *Core) buildView(now time.Time) {
+	c.snaps = c.fleet.Snapshot(now, c.snaps)
+	c.view = c.view[:0]
+	members := c.fleet.Members()
+	for i := range c.snaps {
+		s := &c.snaps[i]
+		m := members[i]
+		q := 0
+		if aq := c.queues[m]; aq != nil {
+			q = aq.Len()
+		}
+		v := slot{
+			member:    m,
+			inst:      s.Instance,
+			model:     c.modelOf[s.Instance.Model],
+			healthy:   s.Healthy && !s.Instance.Disabled,
+			exploring: s.Exploring,
+			inflight:  s.InFlight,
+			queue:     q,
+			cap:       c.capOf(s.Instance),
+			running:   s.Running,
+			waiting:   s.Waiting,
+			kv:        s.KVUsage,
+			pending:   s.Pending,
+		}
+		c.refreshTPOT(&v)
+		c.view = append(c.view, v)
+	}
+}
+
+// refreshTPOT predicts the instance's TPOT with one more sequence running.
+func (c *Core) refreshTPOT(v *slot) {
+	l := routing.Load{
+		Running:             v.running + 1,
+		Waiting:             v.waiting + float64(v.queue),
+		KVUsage:             v.kv,
+		PendingDecodeTokens: v.pending,
+	}
+	v.tpot = c.deps.Latency.TPOT(v.inst.Tier(), l)
+}
+
+// orderBatch fills c.order: longest predicted output first (max L̂ over
+// the cluster's models), or arrival order when LPT is off.
+func (c *Core) orderBatch(ests []routing.PromptEstimate) {
+	c.order = c.order[:0]
+	for j := range c.live {
+		c.order = append(c.order, j)
+	}
+	if c.cfg.Batch.NoLPT || len(c.order) < 2 {
+		return
+	}
+	key := func(j int) float64 {
+		k := 0.0
+		for _, l := range ests[j].Length {
+			k = max(k, l)
+		}
+		if mt := c.live[j].Req.MaxTokens; mt > 0 {
+			k = min(k, float64(mt))
+		}
+		return k
+	}
+	// Insertion sort: batches are small and this keeps the loop
+	// allocation-free and stable.
+	o := c.order
+	for a := 1; a < len(o); a++ {
+		x, kx := o[a], key(o[a])
+		b := a - 1
+		for b >= 0 && key(o[b]) < kx {
+			o[b+1] = o[b]
+			b--
+		}
+		o[b+1] = x
+	}
+}
+
+// soft filter bits, in relaxation order.
+const (
+	failTTFT uint8 = 1 << iota
+	failTPOT
+	failE2E
+	failQuality
+	failBudget
+)
+
+// relaxNames names the soft filters in relaxation order.
+func relaxName(bit uint8) string {
+	switch bit {
+	case failTTFT:
+		return "ttft"
+	case failTPOT:
+		return "tpot"
+	case failE2E:
+		return "e2e"
+	case failQuality:
+		return "quality"
+	default:
+		return "budget"
+	}
+}
+
+// budgetOf is the request's per-request cost budget: the smaller of
+// BudgetUSD and SLO.MaxCostUSD that is set, 0 for none.
+func budgetOf(r *routing.Request) float64 {
+	b := r.BudgetUSD
+	if s := r.SLO.MaxCostUSD; s > 0 && (b <= 0 || s < b) {
+		b = s
+	}
+	return b
+}
+
+// hasFilter reports whether the soft filter bit is active for r.
+func hasFilter(r *routing.Request, bit uint8) bool {
+	switch bit {
+	case failTTFT:
+		return r.SLO.TTFT > 0
+	case failTPOT:
+		return r.SLO.TPOT > 0
+	case failE2E:
+		return r.SLO.E2E > 0
+	case failQuality:
+		return r.QualityFloor > 0
+	default:
+		return budgetOf(r) > 0
+	}
+}
+
+func excluded(r *routing.Request, id string) bool {
+	for _, x := range r.Exclude {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// decide chooses an instance for t and admits, queues or rejects it.
+// Called with c.mu held.
+func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, batch int) {
+	r := t.Req
+	pol, name, err := c.policyFor(r)
+	if err != nil {
+		c.reject(t, err)
+		return
+	}
+	w := r.Weights
+	if w == (routing.Weights{}) {
+		w = routing.Weights{Quality: 1.0 / 3, Cost: 1.0 / 3, Latency: 1.0 / 3}
+	}
+	cands, relaxed, err := c.candidates(now, r, est)
+	if err != nil {
+		c.reject(t, err)
+		return
+	}
+
+	// Workflow stickiness: the sticky instance wins when it survived.
+	k := -1
+	entry := c.sticky.get(r.Workflow, now)
+	if entry != nil {
+		for j := range cands {
+			if c.view[cands[j].Index].inst.ID == entry.instance {
+				k = j
+				break
+			}
+		}
+	}
+	if k < 0 {
+		k = pol.Pick(r, w, cands)
+	}
+	cand := cands[k]
+	v := &c.view[cand.Index]
+	if r.Workflow != "" {
+		if entry == nil {
+			entry = c.sticky.put(r.Workflow, v.inst.Model, v.inst.ID, now)
+		} else {
+			entry.instance = v.inst.ID
+			entry.expires = now.Add(c.cfg.StickyTTL)
+		}
+	}
+
+	d := routing.Decision{
+		Instance:              *v.inst,
+		Policy:                name,
+		BatchSize:             batch,
+		PredictedQuality:      cand.Quality,
+		PredictedTTFT:         seconds(cand.TTFT + cand.Wait),
+		PredictedE2E:          seconds(cand.Latency),
+		PredictedCostUSD:      cand.Cost,
+		PredictedOutputTokens: cand.Tokens,
+		Relaxed:               relaxed,
+	}
+	if cand.Model < len(est.Source) {
+		d.QualitySource = est.Source[cand.Model]
+		c.sources[cand.Model] = d.QualitySource
+	}
+	if b := budgetOf(r); b > 0 && v.inst.PriceOutPerMTok > 0 {
+		afford := (b - v.inst.CostUSD(float64(r.PromptTokens), 0)) / (v.inst.PriceOutPerMTok / 1e6)
+		mt := max(1, int(math.Floor(afford)))
+		if r.MaxTokens == 0 || mt < r.MaxTokens {
+			d.MaxTokens = mt
+		}
+	}
+	t.Decision = d
+	t.decided = now
+	t.member = v.member
+	t.spec = fleet.LeaseSpec{
+		RequestID: r.ID,
+		Tokens:    cand.Tokens,
+		TTFT:      seconds(cand.TTFT),
+		TPOT:      seconds(cand.TPOT),
+		Load: routing.Load{
+			Running: v.running + 1, Waiting: v.waiting + float64(v.queue), KVUsage: v.kv,
+			PendingDecodeTokens: v.pending, PromptTokens: float64(r.PromptTokens),
+		},
+	}
+	t.key = cand.Tokens
+	if entry != nil {
+		t.key += entry.pending
+		entry.pending += cand.Tokens
+		t.workflow = entry
+	}
+
+	// Local view: the next request of the batch sees this pick.
+	if v.inflight < v.cap {
+		v.inflight++
+		v.running++
+		v.pending += cand.Tokens
+		c.refreshTPOT(v)
+		c.admit(now, t)
+		c.notify = append(c.notify, t)
+		return
+	}
+	v.queue++
+	c.seq++
+	t.seq = c.seq
+	aq := c.queues[v.member]
+	if aq == nil {
+		aq = &admitQueue{}
+		c.queues[v.member] = aq
+	}
+	t.q = aq
+	t.state = ticketQueued
+	heap.Push(aq, t)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// candidates applies the hard filters (model, exclusion, health, capacity,
+// stickiness's model) and the soft filters with relaxation, and returns
+// the survivors with normalised cost and latency.
+func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.PromptEstimate) ([]Candidate, []string, error) {
+	cands := c.cands[:0]
+	anyModel, anyHealthy := false, false
+	budget := budgetOf(r)
+	prompt := float64(r.PromptTokens)
+	for i := range c.view {
+		v := &c.view[i]
+		if !r.AnyModel() && v.inst.Model != r.Model {
+			continue
+		}
+		anyModel = true
+		if !v.healthy || excluded(r, v.inst.ID) {
+			continue
+		}
+		anyHealthy = true
+		if v.inflight >= v.cap && v.queue >= c.cfg.MaxQueue {
+			continue
+		}
+		m := v.model
+		L := est.Length[m]
+		if r.MaxTokens > 0 && L > float64(r.MaxTokens) {
+			L = float64(r.MaxTokens)
+		}
+		b := max(1, v.running)
+		ttft := c.deps.Latency.TTFT(v.inst.Tier(), routing.Load{
+			Running: v.running, Waiting: v.waiting + float64(v.queue), KVUsage: v.kv,
+			PendingDecodeTokens: v.pending, PromptTokens: prompt,
+		})
+		wait := 0.0
+		if v.inflight >= v.cap {
+			// A slot frees about every (mean remaining decode time)/b.
+			wait = float64(v.queue+1) * (v.tpot * v.pending / b) / b
+		}
+		decode := v.tpot * (v.pending / b)
+		cd := Candidate{
+			Index:   i,
+			Model:   m,
+			Quality: est.Quality[m],
+			Tokens:  L,
+			Cost:    v.inst.CostUSD(prompt, L),
+			TTFT:    ttft,
+			TPOT:    v.tpot,
+			Wait:    wait,
+			Latency: ttft + wait + decode + v.tpot*L,
+			Load:    v.inflight + v.queue,
+		}
+		var fail uint8
+		if s := r.SLO.TTFT; s > 0 && ttft+wait > s.Seconds() {
+			fail |= failTTFT
+		}
+		if s := r.SLO.TPOT; s > 0 && v.tpot > s.Seconds() {
+			fail |= failTPOT
+		}
+		if s := r.SLO.E2E; s > 0 {
+			Lq := L
+			if h := &est.Hist[m]; !h.Empty() {
+				Lq = h.Quantile(c.cfg.Confidence)
+				if r.MaxTokens > 0 {
+					Lq = min(Lq, float64(r.MaxTokens))
+				}
+			}
+			if ttft+wait+decode+v.tpot*Lq > s.Seconds() {
+				fail |= failE2E
+			}
+		}
+		if r.QualityFloor > 0 && cd.Quality < r.QualityFloor {
+			fail |= failQuality
+		}
+		if budget > 0 && cd.Cost > budget {
+			fail |= failBudget
+		}
+		cd.fail = fail
+		cd.explore = v.exploring && v.inflight < c.cfg.ExploreConcurrency
+		cands = append(cands, cd)
+	}
+	c.cands = cands
+	switch {
+	case !anyModel:
+		return nil, nil, fmt.Errorf("model %q: %w", r.Model, routing.ErrUnknownModel)
+	case !anyHealthy:
+		return nil, nil, routing.ErrNoHealthyInstance
+	case len(cands) == 0:
+		return nil, nil, routing.ErrNoCapacity
+	}
+
+	// Stickiness: later stages of a workflow keep the first stage's model
+	// when any of its instances survived the hard filters.
+	if e := c.sticky.get(r.Workflow, now); e != nil {
+		if mi, ok := c.modelOf[e.model]; ok {
+			n := 0
+			for j := range cands {
+				if cands[j].Model == mi {
+					n++
+				}
+			}
+			if n > 0 {
+				keep := cands[:0]
+				for _, cd := range cands {
+					if cd.Model == mi {
+						keep = append(keep, cd)
+					}
+				}
+				cands = keep
+			}
+		}
+	}
+
+	var relaxed []string
+	// A budget nobody meets falls back to the cheapest candidate.
+	if budget > 0 {
+		cheapest := -1
+		for j := range cands {
+			if cands[j].fail&failBudget == 0 {
+				cheapest = -2
+				break
+			}
+			if cheapest < 0 || cands[j].Cost < cands[cheapest].Cost {
+				cheapest = j
+			}
+		}
+		if cheapest >= 0 {
+			cands[0] = cands[cheapest]
+			cands = cands[:1]
+			relaxed = append(relaxed, relaxName(failBudget))
+			normalise(cands)
+			return cands, relaxed, nil
+		}
+	}
+	mask := failTTFT | failTPOT | failE2E | failQuality | failBudget
+	for bit := failTTFT; ; bit <<= 1 {
+		n := 0
+		for j := range cands {
+			if cands[j].fail&mask == 0 {
+				n++
+			}
+		}
+		if n > 0 {
+			break
+		}
+		mask &^= bit
+		if hasFilter(r, bit) {
+			relaxed = append(relaxed, relaxName(bit))
+		}
+	}
+	keep := cands[:0]
+	for _, cd := range cands {
+		if cd.fail&mask == 0 {
+			keep = append(keep, cd)
+		}
+	}
+	normalise(keep)
+	return keep, relaxed, nil
+}
+
+// normalise sets CostNorm and LatencyNorm by the maxima over c; an
+// exploring candidate is scored as if it were the fastest.
+func normalise(c []Candidate) {
+	maxC, maxT, minT := 0.0, 0.0, math.Inf(1)
+	for j := range c {
+		maxC = max(maxC, c[j].Cost)
+		maxT = max(maxT, c[j].Latency)
+		minT = min(minT, c[j].Latency)
+	}
+	for j := range c {
+		c[j].CostNorm, c[j].LatencyNorm = 0, 0
+		if maxC > 0 {
+			c[j].CostNorm = c[j].Cost / maxC
+		}
+		lat := c[j].Latency
+		if c[j].explore {
+			lat = minT
+		}
+		if maxT > 0 {
+			c[j].LatencyNorm = lat / maxT
+		}
+	}
+}
+
+// admit grants t a lease on its member. Called with c.mu held.
+func (c *Core) admit(now time.Time, t *Ticket) {
+	t.lease = c.fleet.Admit(now, t.member, t.spec)
+	t.state = ticketAdmitted
+	t.Admitted = now
+	t.Decision.QueueWait = now.Sub(t.decided)
+}
+
+func (c *Core) reject(t *Ticket, err error) {
+	t.Err = err
+	t.state = ticketRejected
+	c.notify = append(c.notify, t)
+}
+
+// unqueued clears a ticket's workflow accounting when it leaves without
+// being served. Called with c.mu held.
+func (c *Core) unqueued(t *Ticket) {
+	if t.workflow != nil {
+		t.workflow.pending -= t.spec.Tokens
+		t.workflow = nil
+	}
+}
+
+// Release ends an admitted ticket with its outcome: fleet state and health
+// learn from it, the estimators observe it, and queued tickets of the
+// instance are admitted while it has room (their Notify is called). Only
+// the first call for a ticket counts.
+func (c *Core) Release(now time.Time, t *Ticket, o routing.Outcome) {
+	c.mu.Lock()
+	if t.state != ticketAdmitted {
+		c.mu.Unlock()
+		return
+	}
+	c.fleet.Release(now, t.lease, o)
+	t.state = ticketReleased
+	c.unqueued(t)
+	c.admitQueued(now, t.member)
+	for _, n := range c.notify {
+		n.Notify(n)
+	}
+	c.notify = c.notify[:0]
+	c.mu.Unlock()
+
+	if o.Err != nil {
+		return
+	}
+	if lo, ok := c.deps.Estimator.(LengthObserver); ok && o.OutputTokens > 0 {
+		lo.ObserveLength(t.Req.Prompt, t.Decision.Instance.Model, o.OutputTokens)
+	}
+	if lo, ok := c.deps.Latency.(LatencyObserver); ok && o.OutputTokens > 1 && o.E2E > o.TTFT {
+		tpot := (o.E2E - o.TTFT).Seconds() / float64(o.OutputTokens-1)
+		lo.Observe(t.Decision.Instance.Tier(), t.spec.Load, tpot, o.TTFT.Seconds())
+	}
+}
+
+// admitQueued admits queued tickets of m while it is under its cap.
+// Called with c.mu held; the admitted tickets are appended to c.notify.
+func (c *Core) admitQueued(now time.Time, m *fleet.Member) {
+	aq := c.queues[m]
+	if aq == nil {
+		return
+	}
+	in := c.fleet.Instance(m)
+	limit := c.capOf(&in)
+	for aq.Len() > 0 && c.fleet.InFlight(m) < limit {
+		t := aq.pop(c.cfg.AgingPassOvers)
+		t.q = nil
+		c.admit(now, t)
+		c.notify = append(c.notify, t)
+	}
+}
+
+// Progress reports the output tokens streamed so far for t, correcting the
+// dead reckoning of its instance. It does nothing unless t is admitted.
+func (c *Core) Progress(now time.Time, t *Ticket, tokens int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.state != ticketAdmitted {
+		return
+	}
+	c.fleet.Progress(now, t.lease, tokens)
+}
+
+// Cancel withdraws t because its caller gave up (cause, e.g. ctx.Err()):
+// an undecided ticket is skipped by Assign, a queued one leaves its queue,
+// and an admitted one is released with cause as a client-side error. It
+// reports whether t had been admitted.
+func (c *Core) Cancel(now time.Time, t *Ticket, cause error) bool {
+	c.mu.Lock()
+	switch t.state {
+	case ticketNew:
+		t.state = ticketCancelled
+		c.mu.Unlock()
+		return false
+	case ticketQueued:
+		t.q.remove(t)
+		t.q = nil
+		c.unqueued(t)
+		t.state = ticketCancelled
+		c.mu.Unlock()
+		return false
+	case ticketAdmitted:
+		c.mu.Unlock()
+		c.Release(now, t, routing.Outcome{Err: cause})
+		return true
+	}
+	c.mu.Unlock()
+	return false
+}
+
+// Reject ends an undecided or queued ticket with err (ErrClosed on
+// shutdown), calling its Notify. Admitted tickets are left alone.
+func (c *Core) Reject(t *Ticket, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch t.state {
+	case ticketQueued:
+		t.q.remove(t)
+		t.q = nil
+		c.unqueued(t)
+	case ticketNew:
+	default:
+		return
+	}
+	t.Err = err
+	t.state = ticketRejected
+	t.Notify(t)
+}
+
+// Close rejects every queued ticket with routing.ErrClosed.
+func (c *Core) Close() {
+	c.mu.Lock()
+	var all []*Ticket
+	for _, q := range c.queues {
+		all = append(all, *q...)
+	}
+	c.mu.Unlock()
+	for _, t := range all {
+		c.Reject(t, routing.ErrClosed)
+	}
+}

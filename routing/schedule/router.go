@@ -1,0 +1,317 @@
+package schedule
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/fleet"
+)
+
+// Router routes requests of many clusters: one Core and one owner
+// goroutine per cluster (plus its scraper), all started and stopped by Run.
+type Router struct {
+	cfg  Config
+	deps Deps
+
+	mu       sync.Mutex
+	clusters map[string]*runner
+	starting []*runner // created before their goroutines run
+	wake     chan struct{}
+	closed   bool
+}
+
+// runner is one cluster's Core and the queue of requests waiting for the
+// next batch.
+type runner struct {
+	core *Core
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	pending []*Ticket
+	latest  *routing.Cluster // newer version to apply before the next batch
+	version int64            // newest version seen
+	wake    chan struct{}
+	stopped bool
+	batch   []*Ticket // owner's scratch
+}
+
+// NewRouter returns a router. It routes once Run is running.
+func NewRouter(cfg Config, deps Deps) (*Router, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	deps = deps.withDefaults(cfg)
+	return &Router{cfg: cfg, deps: deps, clusters: map[string]*runner{}, wake: make(chan struct{}, 1)}, nil
+}
+
+// Run owns the router's background work: each cluster's scheduling
+// goroutine and its scraper and prober. It returns when ctx is done, after
+// every goroutine stopped; requests still waiting then fail with
+// routing.ErrClosed.
+func (r *Router) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer func() {
+		r.mu.Lock()
+		r.closed = true
+		starting := r.starting
+		r.starting = nil
+		r.mu.Unlock()
+		for _, run := range starting {
+			run.stop()
+		}
+		wg.Wait()
+	}()
+	for {
+		r.mu.Lock()
+		starting := r.starting
+		r.starting = nil
+		r.mu.Unlock()
+		for _, run := range starting {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				run.loop(ctx)
+			}()
+			if !r.deps.NoScrape {
+				sc := fleet.NewScraper(run.core.Fleet(), r.deps.HTTPClient, r.deps.Clock, r.deps.Logger)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sc.Run(ctx)
+				}()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		}
+	}
+}
+
+// Route blocks until req is admitted on one instance of cluster c, and
+// returns the Assignment its caller must Release exactly once. Errors:
+// routing.ErrUnknownModel, ErrNoHealthyInstance, ErrNoCapacity, ErrClosed,
+// a *routing.FieldError for an unknown policy, or ctx.Err(). A change of
+// c.Version rebuilds the cluster's state (live counters of instances that
+// persist are kept).
+func (r *Router) Route(ctx context.Context, c *routing.Cluster, req *routing.Request) (*routing.Assignment, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	run, err := r.runner(c)
+	if err != nil {
+		return nil, err
+	}
+	if req.Arrival.IsZero() {
+		req.Arrival = r.deps.Clock.Now()
+	}
+	done := make(chan struct{})
+	t := &Ticket{Req: req, Notify: func(*Ticket) { close(done) }}
+	if !run.submit(c, t) {
+		return nil, routing.ErrClosed
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		run.core.Cancel(r.deps.Clock.Now(), t, ctx.Err())
+		return nil, ctx.Err()
+	}
+	if t.Err != nil {
+		return nil, t.Err
+	}
+	core, clock := run.core, r.deps.Clock
+	return routing.NewAssignment(t.Decision,
+		func(o routing.Outcome) { core.Release(clock.Now(), t, o) },
+		func(tokens int) { core.Progress(clock.Now(), t, tokens) },
+	), nil
+}
+
+// runner returns the cluster's runner, creating it on first use.
+func (r *Router) runner(c *routing.Cluster) (*runner, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, routing.ErrClosed
+	}
+	if run := r.clusters[c.ID]; run != nil {
+		return run, nil
+	}
+	core, err := NewCore(r.cfg, r.deps, cloneCluster(c))
+	if err != nil {
+		return nil, err
+	}
+	run := &runner{core: core, log: r.deps.Logger.With(slog.String("cluster", c.ID)), version: c.Version, wake: make(chan struct{}, 1)}
+	r.clusters[c.ID] = run
+	r.starting = append(r.starting, run)
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return run, nil
+}
+
+func cloneCluster(c *routing.Cluster) *routing.Cluster {
+	cp := *c
+	cp.Instances = append([]routing.Instance(nil), c.Instances...)
+	return &cp
+}
+
+// submit queues t for the next batch, noting a newer cluster version. It
+// reports false when the runner has stopped.
+func (run *runner) submit(c *routing.Cluster, t *Ticket) bool {
+	run.mu.Lock()
+	if run.stopped {
+		run.mu.Unlock()
+		return false
+	}
+	if c.Version != run.version {
+		run.version = c.Version
+		run.latest = cloneCluster(c)
+	}
+	run.pending = append(run.pending, t)
+	run.mu.Unlock()
+	select {
+	case run.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// loop is the cluster's owner goroutine: whenever requests wait, it takes
+// up to the batch limit of them and assigns them. Requests arriving while
+// a batch is computed form the next batch; an idle loop takes a lone
+// request at once.
+func (run *runner) loop(ctx context.Context) {
+	defer run.stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-run.wake:
+		}
+		for ctx.Err() == nil && run.step(ctx) {
+		}
+	}
+}
+
+// step assigns one batch; it reports whether anything was pending.
+func (run *runner) step(ctx context.Context) bool {
+	now := run.core.deps.Clock.Now()
+	run.mu.Lock()
+	latest := run.latest
+	run.latest = nil
+	run.mu.Unlock()
+	if latest != nil {
+		orphans, err := run.core.Update(latest)
+		if err != nil {
+			run.log.ErrorContext(ctx, "cluster update rejected", slog.Int64("version", latest.Version), slog.Any("err", err))
+		}
+		if len(orphans) > 0 {
+			run.mu.Lock()
+			run.pending = append(orphans, run.pending...)
+			run.mu.Unlock()
+		}
+	}
+	limit := run.core.BatchLimit(now)
+	run.mu.Lock()
+	n := min(len(run.pending), max(limit, 1))
+	run.batch = append(run.batch[:0], run.pending[:n]...)
+	rest := copy(run.pending, run.pending[n:])
+	clear(run.pending[rest:])
+	run.pending = run.pending[:rest]
+	run.mu.Unlock()
+	if n == 0 {
+		return false
+	}
+	run.core.Assign(ctx, now, run.batch)
+	clear(run.batch)
+	return true
+}
+
+// stop rejects everything still waiting with ErrClosed.
+func (run *runner) stop() {
+	run.mu.Lock()
+	run.stopped = true
+	pending := run.pending
+	run.pending = nil
+	run.mu.Unlock()
+	for _, t := range pending {
+		run.core.Reject(t, routing.ErrClosed)
+	}
+	run.core.Close()
+}
+
+// InstanceState is one instance's live view for the state endpoint.
+type InstanceState struct {
+	ID             string  `json:"id"`
+	Model          string  `json:"model"`
+	GPU            string  `json:"gpu"`
+	Tier           string  `json:"tier"`
+	Healthy        bool    `json:"healthy"`
+	Disabled       bool    `json:"disabled"`
+	Exploring      bool    `json:"exploring"`
+	InFlight       int     `json:"in_flight"`
+	MaxConcurrency int     `json:"max_concurrency"`
+	Queue          int     `json:"queue"`
+	Running        float64 `json:"running"`
+	Waiting        float64 `json:"waiting"`
+	KVUsage        float64 `json:"kv_usage"`
+	PendingTokens  float64 `json:"pending_tokens"`
+	TPOTMs         float64 `json:"tpot_ms"`
+	Stale          bool    `json:"stale"`
+	ScrapeAgeMs    float64 `json:"scrape_age_ms"`
+	Served         int     `json:"served"`
+	Failed         int     `json:"failed"`
+	// EstimateSource says where the model's quality estimates come from
+	// (prior, index, cluster, oracle), as of the last decision.
+	EstimateSource string `json:"estimate_source"`
+}
+
+// State returns every instance's live view of a cluster, or nil when the
+// router has not seen the cluster.
+func (r *Router) State(clusterID string) []InstanceState {
+	r.mu.Lock()
+	run := r.clusters[clusterID]
+	r.mu.Unlock()
+	if run == nil {
+		return nil
+	}
+	return run.core.State(r.deps.Clock.Now())
+}
+
+// State returns every instance's live view at now.
+func (c *Core) State(now time.Time) []InstanceState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	snaps := c.fleet.Snapshot(now, nil)
+	members := c.fleet.Members()
+	out := make([]InstanceState, len(snaps))
+	for i := range snaps {
+		s := &snaps[i]
+		in := s.Instance
+		q := 0
+		if aq := c.queues[members[i]]; aq != nil {
+			q = aq.Len()
+		}
+		src := routing.SourcePrior
+		if m, ok := c.modelOf[in.Model]; ok {
+			src = c.sources[m]
+		}
+		out[i] = InstanceState{
+			ID: in.ID, Model: in.Model, GPU: in.GPU, Tier: in.Tier(),
+			Healthy: s.Healthy, Disabled: in.Disabled, Exploring: s.Exploring,
+			InFlight: s.InFlight, MaxConcurrency: c.capOf(in), Queue: q,
+			Running: s.Running, Waiting: s.Waiting, KVUsage: s.KVUsage,
+			PendingTokens: s.Pending, TPOTMs: s.TPOT * 1000,
+			Stale: s.Stale, ScrapeAgeMs: float64(s.ScrapeAge) / float64(time.Millisecond),
+			Served: s.Served, Failed: s.Failed,
+			EstimateSource: src.String(),
+		}
+	}
+	return out
+}
