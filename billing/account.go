@@ -1,0 +1,63 @@
+package billing
+
+import (
+	"strconv"
+	"time"
+)
+
+// Account is a tenant's billing record: its Stripe customer and the state
+// of its subscription as the webhooks last reported it.
+type Account struct {
+	TenantID         string    `json:"tenant_id"`
+	StripeCustomerID string    `json:"stripe_customer_id,omitempty"`
+	SubscriptionID   string    `json:"subscription_id,omitempty"`
+	// SubscriptionStatus is Stripe's status: active, trialing, past_due,
+	// unpaid, canceled, incomplete… ("" when never subscribed).
+	SubscriptionStatus string `json:"subscription_status,omitempty"`
+	PriceID            string `json:"price_id,omitempty"`
+	// CurrentPeriodEnd is the end of the paid subscription period.
+	CurrentPeriodEnd time.Time `json:"current_period_end,omitempty"`
+	// PastDueSince is when a payment first failed and has stayed unpaid;
+	// zero while in good standing.
+	PastDueSince time.Time `json:"past_due_since,omitempty"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// Plan names the tenant's plan as shown to users: "metered" with an active
+// (or trialing/past-due) subscription, else "none".
+func (a Account) Plan() string {
+	switch a.SubscriptionStatus {
+	case "active", "trialing", "past_due", "unpaid":
+		return "metered"
+	}
+	return "none"
+}
+
+// OutboxItem is one meter event waiting to be sent to Stripe: a tenant's
+// billed usage in one hour. Seq > 1 marks a supplement for events that
+// reached the ledger after the hour was first aggregated.
+type OutboxItem struct {
+	ID         int64
+	TenantID   string
+	CustomerID string
+	Hour       time.Time
+	Seq        int
+	// Identifier is unique per (tenant, hour, seq); Stripe uses it to drop
+	// a retried event it has already accepted.
+	Identifier string
+	Requests   int64
+	Tokens     int64
+	BilledUSD  float64
+	// Value is BilledUSD in the operator's meter unit (rounded).
+	Value    int64
+	Attempts int
+}
+
+// OutboxIdentifier builds the meter-event identifier of a tenant's hour.
+func OutboxIdentifier(tenantID string, hour time.Time, seq int) string {
+	id := "rb-" + tenantID + "-" + hour.UTC().Format("2006010215")
+	if seq > 1 {
+		id += "-" + strconv.Itoa(seq)
+	}
+	return id
+}

@@ -1,0 +1,231 @@
+// Package billingtest has the test fixtures of the billing packages: a
+// fresh Postgres schema or SQLite file with the migrations applied, a TCP
+// proxy that can cut a database off, and stripe-mock.
+package billingtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "modernc.org/sqlite" // database/sql driver "sqlite"
+
+	"github.com/routebalance/routebalance/migrations"
+)
+
+// DefaultDatabaseURL is the local test server scripts/test.sh uses.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// DatabaseURL returns $DATABASE_URL or the local default.
+func DatabaseURL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultDatabaseURL
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// PGSchema creates a fresh schema, applies the migrations in it and drops
+// it when the test ends. It returns the schema name.
+func PGSchema(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgxpool.New(ctx, DatabaseURL())
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	schema := "billing_t_" + randHex(6)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		admin.Close()
+		t.Fatalf("postgres at %s: create schema: %v (is the server running?)", DatabaseURL(), err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+		admin.Close()
+	})
+	pool := PGPoolAt(t, DatabaseURL(), schema)
+	if _, err := migrations.ApplyPostgres(ctx, pool); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	pool.Close()
+	return schema
+}
+
+// PGPoolAt opens a pool on url with search_path set to schema, closed when
+// the test ends.
+func PGPoolAt(t testing.TB, url, schema string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// PG returns a pool on a fresh migrated schema.
+func PG(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return PGPoolAt(t, DatabaseURL(), PGSchema(t))
+}
+
+// SQLite opens a fresh migrated database file in the test's temp dir.
+func SQLite(t testing.TB) *sql.DB {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "billing.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatalf("sqlite: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := migrations.ApplySQLite(context.Background(), db); err != nil {
+		t.Fatalf("migrate sqlite: %v", err)
+	}
+	return db
+}
+
+// Proxy is a loopback TCP proxy to a target address that a test can cut
+// off (existing connections are closed and new ones refused) and restore.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// NewProxy listens on 127.0.0.1:0 and forwards to target until the test ends.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxy listen: %v", err)
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.Down()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Down closes every proxied connection and refuses new ones.
+func (p *Proxy) Down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// Up accepts connections again.
+func (p *Proxy) Up() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
+
+func (p *Proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(c, up) {
+			c.Close()
+			up.Close()
+			continue
+		}
+		p.wg.Add(2)
+		go p.pipe(c, up)
+		go p.pipe(up, c)
+	}
+}
+
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// ProxiedURL rewrites a postgres URL's host:port to addr.
+func ProxiedURL(t testing.TB, url, addr string) string {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	c := cfg.ConnConfig
+	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", c.User, addr, c.Database)
+}
+
+// PGTarget returns the host:port of the test database.
+func PGTarget(t testing.TB) string {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(DatabaseURL())
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	return net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port))
+}

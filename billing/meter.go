@@ -1,0 +1,581 @@
+package billing
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Ledger is the durable store the meter writes to. pgstore and sqlitestore
+// implement it.
+type Ledger interface {
+	// Insert writes evs in one transaction, skipping request ids that are
+	// already stored (also duplicates inside evs), and returns the request
+	// ids it inserted. Only the meter's flusher goroutine calls it. On error
+	// nothing may be assumed about what was written.
+	Insert(ctx context.Context, evs []UsageEvent) (inserted []string, err error)
+	// PeriodSpend returns the billed totals per tenant and key of the
+	// events that finished at or after since.
+	PeriodSpend(ctx context.Context, since time.Time) ([]PeriodSpend, error)
+}
+
+// Config configures the Meter.
+type Config struct {
+	// Buffer is how many events wait in memory for the flusher; when it is
+	// full Record appends to the spill file instead of blocking.
+	Buffer int
+	// Batch is the largest number of events written in one transaction.
+	Batch int
+	// Writers is the number of flusher goroutines (each with its own
+	// transaction in flight).
+	Writers int
+	// ReplayInterval is how often spilled events are read back.
+	ReplayInterval time.Duration
+	// SpillDir is the directory of the append-only spill files (the data
+	// dir); required.
+	SpillDir string
+	// MinBackoff and MaxBackoff bound the exponential retry delay while
+	// the database is unreachable.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	// ShutdownTimeout bounds the final flush when Run's context ends;
+	// whatever cannot be written by then is spilled and replayed by the
+	// next start.
+	ShutdownTimeout time.Duration
+	// Pricing turns an event's instance cost and tokens into its billed
+	// amount.
+	Pricing Pricing
+}
+
+// DefaultConfig returns the defaults; SpillDir must still be set.
+func DefaultConfig() Config {
+	return Config{
+		Buffer:          65536,
+		Batch:           5000,
+		Writers:         2,
+		ReplayInterval:  250 * time.Millisecond,
+		MinBackoff:      50 * time.Millisecond,
+		MaxBackoff:      10 * time.Second,
+		ShutdownTimeout: 15 * time.Second,
+		Pricing:         DefaultPricing(),
+	}
+}
+
+// Validate reports a setting the meter cannot run with.
+func (c Config) Validate() error {
+	switch {
+	case c.Buffer < 1:
+		return errors.New("billing: Buffer must be ≥ 1")
+	case c.Batch < 1:
+		return errors.New("billing: Batch must be ≥ 1")
+	case c.Writers < 1:
+		return errors.New("billing: Writers must be ≥ 1")
+	case c.ReplayInterval <= 0:
+		return errors.New("billing: ReplayInterval must be > 0")
+	case c.SpillDir == "":
+		return errors.New("billing: SpillDir is required (the data directory)")
+	case c.MinBackoff <= 0 || c.MaxBackoff < c.MinBackoff:
+		return errors.New("billing: need 0 < MinBackoff ≤ MaxBackoff")
+	case c.ShutdownTimeout <= 0:
+		return errors.New("billing: ShutdownTimeout must be > 0")
+	}
+	return c.Pricing.Validate()
+}
+
+// MeterStats counts what the meter did since it was built.
+type MeterStats struct {
+	Recorded   int64 // Record calls
+	Written    int64 // rows the ledger inserted
+	Duplicates int64 // events skipped because their request id was stored
+	Spilled    int64 // events appended to the spill file
+	Replayed   int64 // events read back from spill files
+	Lost       int64 // events that could not even be spilled (disk error)
+}
+
+// Meter takes usage events from the inference path without blocking and
+// writes them to the Ledger in batches from one flusher goroutine owned by
+// Run. See README.md for the guarantees.
+type Meter struct {
+	cfg    Config
+	ledger Ledger
+	guard  *Guard
+	log    *slog.Logger
+	clock  Clock
+
+	ch     chan UsageEvent
+	mu     sync.RWMutex // Record holds R while sending; shutdown holds W to close
+	closed bool
+
+	spillMu  sync.Mutex
+	spillF   *os.File
+	spillN   int // events in the active spill file
+	spillSeq int64
+
+	recorded, written, dups, spilled, replayed, lost atomic.Int64
+}
+
+// Spill file names in SpillDir. Events in active and replay files were
+// booked into the Guard by this process; leftover files come from an
+// earlier process and are not.
+const (
+	spillActive   = "meter-spill.jsonl"
+	replayPrefix  = "meter-replay-"
+	leftoverPrefx = "meter-leftover-"
+)
+
+// NewMeter builds a meter. Spill files an earlier process left in
+// cfg.SpillDir are adopted and written by Run before anything else. log and
+// clock may be nil.
+func NewMeter(cfg Config, ledger Ledger, guard *Guard, log *slog.Logger, clock Clock) (*Meter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if ledger == nil || guard == nil {
+		return nil, errors.New("billing: meter needs a ledger and a guard")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if clock == nil {
+		clock = wallClock{}
+	}
+	if err := os.MkdirAll(cfg.SpillDir, 0o700); err != nil {
+		return nil, fmt.Errorf("billing: spill dir: %w", err)
+	}
+	m := &Meter{cfg: cfg, ledger: ledger, guard: guard, log: log, clock: clock, ch: make(chan UsageEvent, cfg.Buffer)}
+	if err := m.adoptLeftovers(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// adoptLeftovers renames the spill files of an earlier process so they are
+// replayed without booking their spend twice (the ledger load covers them).
+func (m *Meter) adoptLeftovers() error {
+	names, err := m.spillFiles(spillActive, replayPrefix)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		m.spillSeq++
+		to := filepath.Join(m.cfg.SpillDir, fmt.Sprintf("%s%d-%d.jsonl", leftoverPrefx, time.Now().UnixNano(), m.spillSeq))
+		if err := os.Rename(filepath.Join(m.cfg.SpillDir, n), to); err != nil {
+			return fmt.Errorf("billing: adopt spill file: %w", err)
+		}
+	}
+	return nil
+}
+
+// Record hands one served request to the meter. It never blocks and never
+// touches the database: it prices the event, books its spend in the Guard
+// and queues it; when the queue is full (database slow or down) the event
+// is appended to the spill file. Call it exactly once per request id.
+// Events without FinishedAt get the current time; without a RequestID a
+// random one.
+func (m *Meter) Record(ev UsageEvent) {
+	m.recorded.Add(1)
+	if ev.FinishedAt.IsZero() {
+		ev.FinishedAt = m.clock.Now()
+	}
+	if ev.StartedAt.IsZero() {
+		ev.StartedAt = ev.FinishedAt.Add(-ev.E2E)
+	}
+	if ev.RequestID == "" {
+		ev.RequestID = randomID()
+	}
+	ev.BilledUSD = m.cfg.Pricing.Bill(&ev)
+	m.guard.add(ev.TenantID, ev.KeyID, ev.FinishedAt, ev.BilledUSD)
+	m.mu.RLock()
+	if !m.closed {
+		select {
+		case m.ch <- ev:
+			m.mu.RUnlock()
+			return
+		default:
+		}
+	}
+	m.mu.RUnlock()
+	m.spill([]UsageEvent{ev})
+}
+
+// Stats returns the meter's counters.
+func (m *Meter) Stats() MeterStats {
+	return MeterStats{
+		Recorded: m.recorded.Load(), Written: m.written.Load(), Duplicates: m.dups.Load(),
+		Spilled: m.spilled.Load(), Replayed: m.replayed.Load(), Lost: m.lost.Load(),
+	}
+}
+
+// Run owns the flushers: it writes spill files left by an earlier process,
+// loads this month's spend into the Guard, then writes queued events in
+// batches and replays spilled ones until ctx ends. Then it writes
+// everything still queued (bounded by ShutdownTimeout; the rest is spilled
+// for the next start) and returns. Call it once.
+func (m *Meter) Run(ctx context.Context) error {
+	if err := m.replayFiles(ctx, leftoverPrefx); err != nil {
+		return m.shutdown(nil)
+	}
+	if err := m.loadSpend(ctx); err != nil {
+		return m.shutdown(nil)
+	}
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		pending []UsageEvent
+	)
+	for w := range m.cfg.Writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if left := m.writer(ctx, w == 0); len(left) > 0 {
+				mu.Lock()
+				pending = append(pending, left...)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return m.shutdown(pending)
+}
+
+// writer is one flusher goroutine: it takes whatever is queued (up to
+// Batch) and writes it in one transaction; the first writer also replays
+// spill files. It returns when ctx ends, with the batch it could not write.
+func (m *Meter) writer(ctx context.Context, replays bool) []UsageEvent {
+	var tick <-chan time.Time
+	if replays {
+		t := time.NewTicker(m.cfg.ReplayInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	batch := make([]UsageEvent, 0, m.cfg.Batch)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-m.ch:
+			batch = m.fill(append(batch[:0], ev))
+			if err := m.write(ctx, batch, true); err != nil {
+				return batch
+			}
+		case <-tick:
+			if err := m.replay(ctx); err != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// fill adds queued events to batch without waiting, up to Batch.
+func (m *Meter) fill(batch []UsageEvent) []UsageEvent {
+	for len(batch) < m.cfg.Batch {
+		select {
+		case ev := <-m.ch:
+			batch = append(batch, ev)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (m *Meter) loadSpend(ctx context.Context) error {
+	return m.retry(ctx, "load period spend", func() error {
+		period := PeriodStart(m.clock.Now())
+		rows, err := m.ledger.PeriodSpend(ctx, period)
+		if err != nil {
+			return err
+		}
+		m.guard.load(period, rows)
+		return nil
+	})
+}
+
+// write inserts batch, retrying with backoff until it succeeds or ctx ends.
+// booked says the batch's spend is already in the Guard: duplicates found
+// by the first attempt are taken back out. After a failed attempt the
+// outcome of that attempt is unknown, so missing ids are no longer proof
+// of a duplicate and the Guard is left alone (a restart reloads it).
+func (m *Meter) write(ctx context.Context, batch []UsageEvent, booked bool) error {
+	uncertain := false
+	var inserted []string
+	err := m.retry(ctx, "write usage batch", func() error {
+		ids, err := m.ledger.Insert(ctx, batch)
+		if err != nil {
+			uncertain = true
+			return err
+		}
+		inserted = ids
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	m.written.Add(int64(len(inserted)))
+	m.dups.Add(int64(len(batch) - len(inserted)))
+	if !booked || uncertain || len(inserted) == len(batch) {
+		return nil
+	}
+	fresh := make(map[string]int, len(inserted))
+	for _, id := range inserted {
+		fresh[id]++
+	}
+	for i := range batch {
+		ev := &batch[i]
+		if fresh[ev.RequestID] > 0 {
+			fresh[ev.RequestID]--
+			continue
+		}
+		m.guard.add(ev.TenantID, ev.KeyID, ev.FinishedAt, -ev.BilledUSD)
+	}
+	return nil
+}
+
+// retry runs fn until it succeeds, sleeping MinBackoff, 2×, 4×… up to
+// MaxBackoff between attempts; it returns ctx's error when ctx ends first.
+func (m *Meter) retry(ctx context.Context, what string, fn func() error) error {
+	backoff := m.cfg.MinBackoff
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil {
+			if attempt > 1 {
+				m.log.Info("billing: database reachable again", slog.String("op", what), slog.Int("attempts", attempt))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		m.log.Warn("billing: retrying", slog.String("op", what), slog.Int("attempt", attempt),
+			slog.Duration("backoff", backoff), slog.Any("err", err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, m.cfg.MaxBackoff)
+	}
+}
+
+// spill appends evs to the active spill file, one JSON object a line.
+func (m *Meter) spill(evs []UsageEvent) {
+	m.spillMu.Lock()
+	defer m.spillMu.Unlock()
+	if m.spillF == nil {
+		f, err := os.OpenFile(filepath.Join(m.cfg.SpillDir, spillActive), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			m.lost.Add(int64(len(evs)))
+			m.log.Error("billing: cannot open spill file; usage events lost", slog.Int("events", len(evs)), slog.Any("err", err))
+			return
+		}
+		m.spillF = f
+	}
+	var buf []byte
+	for i := range evs {
+		b, err := json.Marshal(&evs[i])
+		if err != nil { // cannot happen for UsageEvent
+			m.lost.Add(1)
+			continue
+		}
+		buf = append(append(buf, b...), '\n')
+	}
+	// One write per call: a crash leaves at most a torn last line, which
+	// replay skips.
+	if _, err := m.spillF.Write(buf); err != nil {
+		m.lost.Add(int64(len(evs)))
+		m.log.Error("billing: spill write failed; usage events lost", slog.Int("events", len(evs)), slog.Any("err", err))
+		return
+	}
+	m.spillN += len(evs)
+	m.spilled.Add(int64(len(evs)))
+}
+
+// rotate closes the active spill file and renames it for replay, so new
+// spills go to a fresh file while it is read back.
+func (m *Meter) rotate() error {
+	m.spillMu.Lock()
+	defer m.spillMu.Unlock()
+	if m.spillN == 0 {
+		return nil
+	}
+	if err := m.spillF.Close(); err != nil {
+		m.log.Warn("billing: close spill file", slog.Any("err", err))
+	}
+	m.spillF, m.spillN = nil, 0
+	m.spillSeq++
+	to := filepath.Join(m.cfg.SpillDir, fmt.Sprintf("%s%d-%d.jsonl", replayPrefix, time.Now().UnixNano(), m.spillSeq))
+	if err := os.Rename(filepath.Join(m.cfg.SpillDir, spillActive), to); err != nil {
+		return fmt.Errorf("billing: rotate spill file: %w", err)
+	}
+	return nil
+}
+
+// replay rotates the active spill file and writes every replay file.
+func (m *Meter) replay(ctx context.Context) error {
+	if err := m.rotate(); err != nil {
+		m.log.Error("billing: spill rotation failed", slog.Any("err", err))
+		return nil
+	}
+	return m.replayFiles(ctx, replayPrefix)
+}
+
+// spillFiles lists the files in SpillDir whose names start with one of
+// prefixes, oldest first.
+func (m *Meter) spillFiles(prefixes ...string) ([]string, error) {
+	entries, err := os.ReadDir(m.cfg.SpillDir)
+	if err != nil {
+		return nil, fmt.Errorf("billing: read spill dir: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		for _, p := range prefixes {
+			if !e.IsDir() && strings.HasPrefix(e.Name(), p) {
+				out = append(out, e.Name())
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return spillOrder(out[i]) < spillOrder(out[j]) })
+	return out, nil
+}
+
+// spillOrder extracts the creation stamp from a rotated file name.
+func spillOrder(name string) int64 {
+	s := strings.TrimSuffix(name, ".jsonl")
+	if i := strings.LastIndexByte(s, '-'); i > 0 {
+		s = s[:i]
+	}
+	if i := strings.LastIndexByte(s, '-'); i >= 0 {
+		n, _ := strconv.ParseInt(s[i+1:], 10, 64)
+		return n
+	}
+	return 0
+}
+
+// replayFiles writes the events of every file with prefix and removes each
+// file once all its events are in the ledger. It returns ctx's error when
+// ctx ends first (the file stays for later).
+func (m *Meter) replayFiles(ctx context.Context, prefix string) error {
+	names, err := m.spillFiles(prefix)
+	if err != nil {
+		m.log.Error("billing: list spill files", slog.Any("err", err))
+		return nil
+	}
+	booked := prefix == replayPrefix
+	for _, n := range names {
+		if err := m.replayFile(ctx, filepath.Join(m.cfg.SpillDir, n), booked); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Meter) replayFile(ctx context.Context, path string, booked bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		m.log.Error("billing: open spill file", slog.String("path", path), slog.Any("err", err))
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	batch := make([]UsageEvent, 0, m.cfg.Batch)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := m.write(ctx, batch, booked); err != nil {
+			return err
+		}
+		m.replayed.Add(int64(len(batch)))
+		batch = batch[:0]
+		return nil
+	}
+	for sc.Scan() {
+		var ev UsageEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || ev.RequestID == "" {
+			m.log.Warn("billing: skipping torn spill line", slog.String("path", path))
+			continue
+		}
+		batch = append(batch, ev)
+		if len(batch) == m.cfg.Batch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		m.log.Error("billing: read spill file", slog.String("path", path), slog.Any("err", err))
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil {
+		m.log.Error("billing: remove replayed spill file", slog.String("path", path), slog.Any("err", err))
+	}
+	return nil
+}
+
+// shutdown closes the queue, then writes pending plus everything queued
+// and this process's replay files within ShutdownTimeout; what is left is
+// spilled for the next start.
+func (m *Meter) shutdown(pending []UsageEvent) error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	rest := append([]UsageEvent(nil), pending...)
+	for {
+		select {
+		case ev := <-m.ch:
+			rest = append(rest, ev)
+			continue
+		default:
+		}
+		break
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.ShutdownTimeout)
+	defer cancel()
+	for len(rest) > 0 {
+		n := min(len(rest), m.cfg.Batch)
+		if err := m.write(ctx, rest[:n], true); err != nil {
+			m.log.Error("billing: database unreachable at shutdown; spilling usage events for the next start",
+				slog.Int("events", len(rest)))
+			m.spill(rest)
+			rest = nil
+			break
+		}
+		rest = rest[n:]
+	}
+	if ctx.Err() == nil {
+		_ = m.replay(ctx)
+	}
+	m.spillMu.Lock()
+	defer m.spillMu.Unlock()
+	if m.spillF != nil {
+		if err := m.spillF.Sync(); err != nil {
+			m.log.Error("billing: sync spill file", slog.Any("err", err))
+		}
+	}
+	return nil
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,53 @@
+package billing_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/billing/internal/billingtest"
+	"github.com/routebalance/routebalance/billing/pgstore"
+)
+
+// BenchmarkMeterPostgres measures end-to-end meter throughput: b.N Record
+// calls (the hot path: pricing, spend booking, a channel send) until every
+// event is committed to Postgres by the batching flusher. Reports events/s.
+//
+//	go test -run '^$' -bench MeterPostgres -benchtime 200000x ./billing/
+func BenchmarkMeterPostgres(b *testing.B) {
+	pool := billingtest.PG(b)
+	cfg := billing.DefaultConfig()
+	cfg.SpillDir = b.TempDir()
+	cfg.Buffer = 1 << 20 // hold a whole burst: measure the flusher, not the spill file
+	m, err := billing.NewMeter(cfg, pgstore.New(pool), billing.NewGuard(nil, time.Hour), nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	evs := make([]billing.UsageEvent, b.N)
+	for i := range evs {
+		evs[i] = event(i, fmt.Sprintf("t%d", i%50))
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := range evs {
+		m.Record(evs[i])
+	}
+	for m.Stats().Written < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+	cancel()
+	<-done
+	st := m.Stats()
+	b.ReportMetric(float64(st.Spilled), "spilled")
+	if st.Written != int64(b.N) {
+		b.Fatalf("written %d of %d", st.Written, b.N)
+	}
+}

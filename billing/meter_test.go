@@ -1,0 +1,306 @@
+package billing_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/billing/internal/billingtest"
+	"github.com/routebalance/routebalance/billing/pgstore"
+	"github.com/routebalance/routebalance/billing/sqlitestore"
+)
+
+// engine is one real ledger under test with a way to count its rows.
+type engine struct {
+	name   string
+	ledger billing.Ledger
+	count  func(t *testing.T) (rows int, billed float64)
+}
+
+func pgEngine(t *testing.T, pool *pgxpool.Pool) engine {
+	return engine{"postgres", pgstore.New(pool), func(t *testing.T) (int, float64) {
+		var n int
+		var s float64
+		if err := pool.QueryRow(context.Background(), "SELECT count(*), coalesce(sum(billed_usd),0) FROM billing_usage").Scan(&n, &s); err != nil {
+			t.Fatalf("count: %v", err)
+		}
+		return n, s
+	}}
+}
+
+func sqliteEngine(t *testing.T, db *sql.DB) engine {
+	return engine{"sqlite", sqlitestore.New(db), func(t *testing.T) (int, float64) {
+		var n int
+		var s float64
+		if err := db.QueryRow("SELECT count(*), coalesce(sum(billed_usd),0) FROM billing_usage").Scan(&n, &s); err != nil {
+			t.Fatalf("count: %v", err)
+		}
+		return n, s
+	}}
+}
+
+func engines(t *testing.T) []engine {
+	return []engine{pgEngine(t, billingtest.PG(t)), sqliteEngine(t, billingtest.SQLite(t))}
+}
+
+func testConfig(dir string) billing.Config {
+	cfg := billing.DefaultConfig()
+	cfg.SpillDir = dir
+	cfg.MinBackoff = 5 * time.Millisecond
+	cfg.MaxBackoff = 50 * time.Millisecond
+	cfg.ReplayInterval = 20 * time.Millisecond
+	cfg.Batch = 100
+	cfg.Pricing = billing.Pricing{Markup: 2}
+	return cfg
+}
+
+func event(i int, tenant string) billing.UsageEvent {
+	now := time.Now()
+	return billing.UsageEvent{
+		RequestID: fmt.Sprintf("req-%s-%06d", tenant, i), TenantID: tenant, KeyID: "key-" + tenant,
+		ClusterID: "c1", InstanceID: fmt.Sprintf("i%d", i%3), Model: "m", PromptTokens: 10, OutputTokens: 5,
+		CostUSD: 0.001, TTFT: 20 * time.Millisecond, E2E: 100 * time.Millisecond, Status: "ok",
+		HTTPStatus: 200, StartedAt: now.Add(-100 * time.Millisecond), FinishedAt: now,
+	}
+}
+
+// runMeter starts m.Run and returns a stop function that cancels it and
+// waits for it to return.
+func runMeter(t *testing.T, m *billing.Meter) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestMeterWritesOnceAndFlushesOnShutdown(t *testing.T) {
+	for _, e := range engines(t) {
+		t.Run(e.name, func(t *testing.T) {
+			guard := billing.NewGuard(nil, time.Hour)
+			m, err := billing.NewMeter(testConfig(t.TempDir()), e.ledger, guard, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := runMeter(t, m)
+			const n = 1000
+			for i := range n {
+				m.Record(event(i, "t1"))
+			}
+			// The same request recorded again (a buggy caller) is stored once
+			// and its spend is taken back out.
+			for i := range 10 {
+				m.Record(event(i, "t1"))
+			}
+			stop() // the shutdown flush writes whatever is still queued
+			rows, billed := e.count(t)
+			want := n * 0.002
+			if rows != n {
+				t.Errorf("rows = %d, want %d", rows, n)
+			}
+			if d := billed - want; d > 1e-9 || d < -1e-9 {
+				t.Errorf("billed = %v, want %v", billed, want)
+			}
+			st := m.Stats()
+			if diff := cmp.Diff(billing.MeterStats{Recorded: n + 10, Written: n, Duplicates: 10}, st); diff != "" {
+				t.Errorf("stats (-want +got):\n%s", diff)
+			}
+			if got := guard.Spent("t1"); got-want > 1e-9 || want-got > 1e-9 {
+				t.Errorf("guard spend = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestMeterLoadsPeriodSpendAtStart(t *testing.T) {
+	for _, e := range engines(t) {
+		t.Run(e.name, func(t *testing.T) {
+			old := event(0, "t1")
+			old.FinishedAt = billing.PeriodStart(time.Now()).Add(-time.Hour) // last month
+			cur := event(1, "t1")
+			cur.BilledUSD = 4
+			if _, err := e.ledger.Insert(context.Background(), []billing.UsageEvent{old, cur}); err != nil {
+				t.Fatal(err)
+			}
+			guard := billing.NewGuard(nil, time.Hour)
+			m, err := billing.NewMeter(testConfig(t.TempDir()), e.ledger, guard, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := event(2, "t1") // recorded before Run: booked once, not twice
+			before.BilledUSD = 1
+			m.Record(before)
+			stop := runMeter(t, m)
+			waitFor(t, "spend loaded and event written", func() bool { return m.Stats().Written == 1 })
+			stop()
+			if got := guard.Spent("t1"); got != 5 {
+				t.Errorf("spend = %v, want 5", got)
+			}
+			err = guard.Check(billing.Limits{TenantID: "t1", KeyID: "key-t1", TenantMonthlyUSD: 5})
+			if err == nil {
+				t.Error("budget of 5 with 5 spent: Check = nil, want BudgetError")
+			}
+		})
+	}
+}
+
+// TestMeterSurvivesDatabaseOutage cuts the Postgres connection (a TCP proxy
+// between pool and server) while events stream in, with a queue small
+// enough that events spill to disk, then restores it: every event is
+// stored exactly once.
+func TestMeterSurvivesDatabaseOutage(t *testing.T) {
+	schema := billingtest.PGSchema(t)
+	proxy := billingtest.NewProxy(t, billingtest.PGTarget(t))
+	pool := billingtest.PGPoolAt(t, billingtest.ProxiedURL(t, billingtest.DatabaseURL(), proxy.Addr()), schema)
+	direct := billingtest.PGPoolAt(t, billingtest.DatabaseURL(), schema)
+	e := pgEngine(t, direct)
+
+	cfg := testConfig(t.TempDir())
+	cfg.Buffer = 32
+	cfg.Batch = 50
+	guard := billing.NewGuard(nil, time.Hour)
+	m, err := billing.NewMeter(cfg, pgstore.New(pool), guard, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runMeter(t, m)
+	const n = 3000
+	for i := range n {
+		if i == 500 {
+			waitFor(t, "first events written", func() bool { return m.Stats().Written > 0 })
+			proxy.Down()
+		}
+		if i == 2500 {
+			proxy.Up()
+		}
+		m.Record(event(i, "t1"))
+		if i%100 == 0 {
+			time.Sleep(2 * time.Millisecond) // let the flusher hit the dead connection mid-stream
+		}
+	}
+	waitFor(t, "all events written", func() bool { return m.Stats().Written == n })
+	stop()
+	rows, _ := e.count(t)
+	if rows != n {
+		t.Errorf("rows = %d, want %d", rows, n)
+	}
+	st := m.Stats()
+	if st.Spilled == 0 {
+		t.Errorf("no events spilled during the outage (stats %+v); the test did not exercise the spill file", st)
+	}
+	if st.Lost != 0 || st.Written != n {
+		t.Errorf("stats %+v: want Written %d, Lost 0", st, n)
+	}
+	if got, want := guard.Spent("t1"), n*0.002; got-want > 1e-6 || want-got > 1e-6 {
+		t.Errorf("spend = %v, want %v", got, want)
+	}
+}
+
+// TestMeterSpillsAtShutdownAndReplaysOnRestart stops the meter while the
+// database is down: the events go to the spill file and the next meter
+// (a restarted process) writes them before loading the period spend.
+func TestMeterSpillsAtShutdownAndReplaysOnRestart(t *testing.T) {
+	schema := billingtest.PGSchema(t)
+	proxy := billingtest.NewProxy(t, billingtest.PGTarget(t))
+	pool := billingtest.PGPoolAt(t, billingtest.ProxiedURL(t, billingtest.DatabaseURL(), proxy.Addr()), schema)
+	e := pgEngine(t, billingtest.PGPoolAt(t, billingtest.DatabaseURL(), schema))
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.ShutdownTimeout = 100 * time.Millisecond
+
+	proxy.Down()
+	m1, err := billing.NewMeter(cfg, pgstore.New(pool), billing.NewGuard(nil, time.Hour), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runMeter(t, m1)
+	const n = 400
+	for i := range n {
+		m1.Record(event(i, "t1"))
+	}
+	stop()
+	if rows, _ := e.count(t); rows != 0 {
+		t.Fatalf("rows with the database down = %d, want 0", rows)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "meter-*"))
+	if len(files) == 0 {
+		t.Fatal("no spill file after a shutdown with the database down")
+	}
+
+	proxy.Up()
+	guard := billing.NewGuard(nil, time.Hour)
+	m2, err := billing.NewMeter(cfg, pgstore.New(pool), guard, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop2 := runMeter(t, m2)
+	waitFor(t, "replay", func() bool { return m2.Stats().Written == n })
+	stop2()
+	if rows, _ := e.count(t); rows != n {
+		t.Errorf("rows after restart = %d, want %d", rows, n)
+	}
+	if got, want := guard.Spent("t1"), n*0.002; got-want > 1e-9 || want-got > 1e-9 {
+		t.Errorf("spend after restart = %v, want %v (leftover events booked once, by the ledger load)", got, want)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "meter-*"))
+	if len(left) != 0 {
+		t.Errorf("spill files left after replay: %v", left)
+	}
+	_ = os.RemoveAll(dir)
+}
+
+func TestLedgerInsertIsIdempotent(t *testing.T) {
+	for _, e := range engines(t) {
+		t.Run(e.name, func(t *testing.T) {
+			ctx := context.Background()
+			a, b, c := event(1, "t"), event(2, "t"), event(3, "t")
+			got, err := e.ledger.Insert(ctx, []billing.UsageEvent{a, a, b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]string{a.RequestID, b.RequestID}, got, cmpopts.SortSlices(func(x, y string) bool { return x < y })); diff != "" {
+				t.Errorf("first insert ids (-want +got):\n%s", diff)
+			}
+			got, err = e.ledger.Insert(ctx, []billing.UsageEvent{b, c})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]string{c.RequestID}, got); diff != "" {
+				t.Errorf("second insert ids (-want +got):\n%s", diff)
+			}
+			if rows, _ := e.count(t); rows != 3 {
+				t.Errorf("rows = %d, want 3", rows)
+			}
+		})
+	}
+}

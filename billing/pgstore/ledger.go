@@ -1,0 +1,169 @@
+// Package pgstore is the Postgres (pgx) storage of billing: the usage
+// ledger written with CopyFrom, the usage aggregation, the Stripe outbox,
+// billing accounts and processed webhook events. Tables come from
+// migrations/postgres/0100_billing.sql.
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/routebalance/routebalance/billing"
+)
+
+// Store is the billing storage over a pgx pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool (migrations already applied).
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+var _ billing.Ledger = (*Store)(nil)
+
+var usageCols = []string{
+	"request_id", "tenant_id", "key_id", "cluster_id", "instance_id", "model", "policy",
+	"prompt_tokens", "output_tokens", "cost_usd", "billed_usd", "predicted_quality",
+	"ttft_ms", "e2e_ms", "status", "http_status", "started_at", "finished_at",
+}
+
+const insertFromStage = `
+INSERT INTO billing_usage (request_id, tenant_id, key_id, cluster_id, instance_id, model, policy,
+    prompt_tokens, output_tokens, cost_usd, billed_usd, predicted_quality, ttft_ms, e2e_ms,
+    status, http_status, started_at, finished_at)
+SELECT request_id, tenant_id, key_id, cluster_id, instance_id, model, policy,
+    prompt_tokens, output_tokens, cost_usd, billed_usd, predicted_quality, ttft_ms, e2e_ms,
+    status, http_status, started_at, finished_at
+FROM billing_usage_stage
+ON CONFLICT (request_id) DO NOTHING
+RETURNING request_id`
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Insert copies evs into a per-connection temporary staging table with
+// CopyFrom and moves them into billing_usage with ON CONFLICT (request_id)
+// DO NOTHING, all in one transaction; it returns the inserted request ids.
+func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string, error) {
+	var ids []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS billing_usage_stage
+			(LIKE billing_usage INCLUDING DEFAULTS) ON COMMIT DELETE ROWS`); err != nil {
+			return fmt.Errorf("create staging table: %w", err)
+		}
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"billing_usage_stage"}, usageCols,
+			pgx.CopyFromSlice(len(evs), func(i int) ([]any, error) {
+				e := &evs[i]
+				return []any{e.RequestID, e.TenantID, e.KeyID, e.ClusterID, e.InstanceID, e.Model, e.Policy,
+					int32(e.PromptTokens), int32(e.OutputTokens), e.CostUSD, e.BilledUSD, e.PredictedQuality,
+					ms(e.TTFT), ms(e.E2E), e.Status, int32(e.HTTPStatus), e.StartedAt, e.FinishedAt}, nil
+			}))
+		if err != nil {
+			return fmt.Errorf("copy usage: %w", err)
+		}
+		rows, err := tx.Query(ctx, insertFromStage)
+		if err != nil {
+			return fmt.Errorf("insert usage: %w", err)
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("insert usage: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("billing pgstore: %w", err)
+	}
+	return ids, nil
+}
+
+// PeriodSpend returns billed totals per tenant and key since since.
+func (s *Store) PeriodSpend(ctx context.Context, since time.Time) ([]billing.PeriodSpend, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id, key_id, sum(billed_usd) FROM billing_usage
+		WHERE finished_at >= $1 GROUP BY tenant_id, key_id`, since)
+	if err != nil {
+		return nil, fmt.Errorf("billing pgstore: period spend: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (billing.PeriodSpend, error) {
+		var p billing.PeriodSpend
+		err := r.Scan(&p.TenantID, &p.KeyID, &p.USD)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("billing pgstore: period spend: %w", err)
+	}
+	return out, nil
+}
+
+func groupExpr(groupBy string) string {
+	switch groupBy {
+	case billing.GroupHour:
+		return `to_char(date_trunc('hour', finished_at AT TIME ZONE 'UTC'), 'YYYY-MM-DD"T"HH24:00:00"Z"')`
+	case billing.GroupDay:
+		return `to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')`
+	case billing.GroupModel:
+		return "model"
+	case billing.GroupInstance:
+		return "instance_id"
+	case billing.GroupKey:
+		return "key_id"
+	}
+	return "''"
+}
+
+// Usage aggregates the tenant's ledger rows in [q.From, q.To).
+func (s *Store) Usage(ctx context.Context, q billing.UsageQuery) (billing.UsageReport, error) {
+	if err := q.Validate(); err != nil {
+		return billing.UsageReport{}, err
+	}
+	rep := billing.UsageReport{From: q.From, To: q.To, GroupBy: q.GroupBy, Rows: []billing.UsageRow{}}
+	var err error
+	if rep.Rows, err = s.usageRows(ctx, q, groupExpr(q.GroupBy)); err != nil {
+		return rep, err
+	}
+	if q.GroupBy == "" {
+		if len(rep.Rows) > 0 {
+			rep.Total = rep.Rows[0]
+		}
+		return rep, nil
+	}
+	tot, err := s.usageRows(ctx, q, "''")
+	if err != nil {
+		return rep, err
+	}
+	if len(tot) > 0 {
+		rep.Total = tot[0]
+	}
+	return rep, nil
+}
+
+func (s *Store) usageRows(ctx context.Context, q billing.UsageQuery, expr string) ([]billing.UsageRow, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+expr+` AS g, count(*),
+		coalesce(sum(prompt_tokens),0)::bigint, coalesce(sum(output_tokens),0)::bigint,
+		coalesce(sum(cost_usd),0), coalesce(sum(billed_usd),0),
+		avg(ttft_ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY ttft_ms),
+		avg(e2e_ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY e2e_ms),
+		avg(predicted_quality)
+		FROM billing_usage WHERE tenant_id = $1 AND finished_at >= $2 AND finished_at < $3
+		GROUP BY g ORDER BY g`, q.TenantID, q.From, q.To)
+	if err != nil {
+		return nil, fmt.Errorf("billing pgstore: usage: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (billing.UsageRow, error) {
+		var u billing.UsageRow
+		err := r.Scan(&u.Group, &u.Requests, &u.PromptTokens, &u.OutputTokens, &u.CostUSD, &u.BilledUSD,
+			&u.MeanTTFTMs, &u.P95TTFTMs, &u.MeanE2EMs, &u.P95E2EMs, &u.MeanPredictedQuality)
+		u.Tokens = u.PromptTokens + u.OutputTokens
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("billing pgstore: usage: %w", err)
+	}
+	if out == nil {
+		out = []billing.UsageRow{}
+	}
+	return out, nil
+}

@@ -1,0 +1,123 @@
+// Package sqlitestore is the SQLite (database/sql, modernc.org/sqlite)
+// storage of billing: the usage ledger written in one transaction per
+// batch with INSERT OR IGNORE, the usage aggregation, the Stripe outbox,
+// billing accounts and processed webhook events. Times are stored as Unix
+// milliseconds. Tables come from migrations/sqlite/0100_billing.sql.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/routebalance/routebalance/billing"
+)
+
+// Store is the billing storage over a SQLite handle.
+type Store struct {
+	db *sql.DB
+}
+
+// New returns a Store on db (migrations already applied).
+func New(db *sql.DB) *Store { return &Store{db: db} }
+
+var _ billing.Ledger = (*Store)(nil)
+
+func toMs(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMs(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+func durMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Insert writes evs in one transaction with INSERT OR IGNORE and returns
+// the inserted request ids.
+func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("billing sqlitestore: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	st, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO billing_usage (request_id, tenant_id, key_id,
+		cluster_id, instance_id, model, policy, prompt_tokens, output_tokens, cost_usd, billed_usd,
+		predicted_quality, ttft_ms, e2e_ms, status, http_status, started_ms, finished_ms)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+	if err != nil {
+		return nil, fmt.Errorf("billing sqlitestore: prepare: %w", err)
+	}
+	defer st.Close()
+	ids := make([]string, 0, len(evs))
+	for i := range evs {
+		e := &evs[i]
+		res, err := st.ExecContext(ctx, e.RequestID, e.TenantID, e.KeyID, e.ClusterID, e.InstanceID, e.Model,
+			e.Policy, e.PromptTokens, e.OutputTokens, e.CostUSD, e.BilledUSD, e.PredictedQuality,
+			durMs(e.TTFT), durMs(e.E2E), e.Status, e.HTTPStatus, toMs(e.StartedAt), toMs(e.FinishedAt))
+		if err != nil {
+			return nil, fmt.Errorf("billing sqlitestore: insert usage: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			ids = append(ids, e.RequestID)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("billing sqlitestore: commit: %w", err)
+	}
+	return ids, nil
+}
+
+// PeriodSpend returns billed totals per tenant and key since since.
+func (s *Store) PeriodSpend(ctx context.Context, since time.Time) ([]billing.PeriodSpend, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT tenant_id, key_id, sum(billed_usd) FROM billing_usage
+		WHERE finished_ms >= ? GROUP BY tenant_id, key_id`, toMs(since))
+	if err != nil {
+		return nil, fmt.Errorf("billing sqlitestore: period spend: %w", err)
+	}
+	defer rows.Close()
+	var out []billing.PeriodSpend
+	for rows.Next() {
+		var p billing.PeriodSpend
+		if err := rows.Scan(&p.TenantID, &p.KeyID, &p.USD); err != nil {
+			return nil, fmt.Errorf("billing sqlitestore: period spend: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Usage aggregates the tenant's ledger rows in [q.From, q.To) in memory
+// (SQLite has no percentile aggregate).
+func (s *Store) Usage(ctx context.Context, q billing.UsageQuery) (billing.UsageReport, error) {
+	if err := q.Validate(); err != nil {
+		return billing.UsageReport{}, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT model, instance_id, key_id, prompt_tokens, output_tokens,
+		cost_usd, billed_usd, ttft_ms, e2e_ms, predicted_quality, finished_ms FROM billing_usage
+		WHERE tenant_id = ? AND finished_ms >= ? AND finished_ms < ?`, q.TenantID, toMs(q.From), toMs(q.To))
+	if err != nil {
+		return billing.UsageReport{}, fmt.Errorf("billing sqlitestore: usage: %w", err)
+	}
+	defer rows.Close()
+	groups, total := billing.NewAccumulator(), billing.NewAccumulator()
+	for rows.Next() {
+		var (
+			model, inst, key string
+			s                billing.UsageSample
+			fin              int64
+		)
+		if err := rows.Scan(&model, &inst, &key, &s.PromptTokens, &s.OutputTokens, &s.CostUSD, &s.BilledUSD,
+			&s.TTFTMs, &s.E2EMs, &s.Quality, &fin); err != nil {
+			return billing.UsageReport{}, fmt.Errorf("billing sqlitestore: usage: %w", err)
+		}
+		total.Add(s)
+		s.Group = billing.GroupOf(q.GroupBy, fromMs(fin), model, inst, key)
+		groups.Add(s)
+	}
+	if err := rows.Err(); err != nil {
+		return billing.UsageReport{}, fmt.Errorf("billing sqlitestore: usage: %w", err)
+	}
+	rep := billing.UsageReport{From: q.From, To: q.To, GroupBy: q.GroupBy, Rows: groups.Rows()}
+	if t := total.Rows(); len(t) > 0 {
+		rep.Total = t[0]
+	}
+	return rep, nil
+}

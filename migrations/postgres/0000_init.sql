@@ -1,2 +1,0 @@
--- placeholder so the embed pattern matches before the first schema lands; creates nothing
-SELECT 1;
