@@ -8,9 +8,9 @@ import (
 // Account is a tenant's billing record: its Stripe customer and the state
 // of its subscription as the webhooks last reported it.
 type Account struct {
-	TenantID         string    `json:"tenant_id"`
-	StripeCustomerID string    `json:"stripe_customer_id,omitempty"`
-	SubscriptionID   string    `json:"subscription_id,omitempty"`
+	TenantID         string `json:"tenant_id"`
+	StripeCustomerID string `json:"stripe_customer_id,omitempty"`
+	SubscriptionID   string `json:"subscription_id,omitempty"`
 	// SubscriptionStatus is Stripe's status: active, trialing, past_due,
 	// unpaid, canceled, incomplete… ("" when never subscribed).
 	SubscriptionStatus string `json:"subscription_status,omitempty"`
