@@ -219,6 +219,7 @@ type Scrape struct {
 type Snapshot struct {
 	// Index is the instance's position in the cluster's instance list.
 	Index    int
+	Member   *Member
 	Instance *routing.Instance
 	// Healthy is false while the instance is ejected.
 	Healthy bool
@@ -261,6 +262,7 @@ func (f *Fleet) Snapshot(now time.Time, dst []Snapshot) []Snapshot {
 func (f *Fleet) snapshotLocked(now time.Time, i int, m *Member) Snapshot {
 	s := Snapshot{
 		Index:     i,
+		Member:    m,
 		Instance:  &m.inst,
 		Healthy:   m.healthy,
 		Exploring: m.served < f.cfg.ExploreRequests,

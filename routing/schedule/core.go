@@ -304,10 +304,9 @@ func (c *Core) policyFor(r *routing.Request) (Policy, string, error) {
 func (c *Core) buildView(now time.Time) {
 	c.snaps = c.fleet.Snapshot(now, c.snaps)
 	c.view = c.view[:0]
-	members := c.fleet.Members()
 	for i := range c.snaps {
 		s := &c.snaps[i]
-		m := members[i]
+		m := s.Member
 		q := 0
 		if aq := c.queues[m]; aq != nil {
 			q = aq.Len()
@@ -436,14 +435,20 @@ func excluded(r *routing.Request, id string) bool {
 	return false
 }
 
-// decide chooses an instance for t and admits, queues or rejects it.
-// Called with c.mu held.
-func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, batch int) {
-	r := t.Req
+// choice is the outcome of choose for one request.
+type choice struct {
+	cand    Candidate
+	policy  string
+	relaxed []string
+	sticky  *stickyEntry
+}
+
+// choose runs the filters, the score and the request's policy on the
+// local view, without changing it. Called with c.mu held.
+func (c *Core) choose(now time.Time, r *routing.Request, est *routing.PromptEstimate) (choice, error) {
 	pol, name, err := c.policyFor(r)
 	if err != nil {
-		c.reject(t, err)
-		return
+		return choice{}, err
 	}
 	w := r.Weights
 	if w == (routing.Weights{}) {
@@ -451,10 +456,8 @@ func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, bat
 	}
 	cands, relaxed, err := c.candidates(now, r, est)
 	if err != nil {
-		c.reject(t, err)
-		return
+		return choice{}, err
 	}
-
 	// Workflow stickiness: the sticky instance wins when it survived.
 	k := -1
 	entry := c.sticky.get(r.Workflow, now)
@@ -469,7 +472,33 @@ func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, bat
 	if k < 0 {
 		k = pol.Pick(r, w, cands)
 	}
-	cand := cands[k]
+	return choice{cand: cands[k], policy: name, relaxed: relaxed, sticky: entry}, nil
+}
+
+// take puts a request of tokens predicted output on the local view of v and
+// reports whether it is admitted at once (else it queues).
+func (c *Core) take(v *slot, tokens float64) bool {
+	if v.inflight < v.cap {
+		v.inflight++
+		v.running++
+		v.pending += tokens
+		c.refreshTPOT(v)
+		return true
+	}
+	v.queue++
+	return false
+}
+
+// decide chooses an instance for t and admits, queues or rejects it.
+// Called with c.mu held.
+func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, batch int) {
+	r := t.Req
+	ch, err := c.choose(now, r, est)
+	if err != nil {
+		c.reject(t, err)
+		return
+	}
+	cand, name, relaxed, entry := ch.cand, ch.policy, ch.relaxed, ch.sticky
 	v := &c.view[cand.Index]
 	if r.Workflow != "" {
 		if entry == nil {
@@ -523,16 +552,11 @@ func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, bat
 	}
 
 	// Local view: the next request of the batch sees this pick.
-	if v.inflight < v.cap {
-		v.inflight++
-		v.running++
-		v.pending += cand.Tokens
-		c.refreshTPOT(v)
+	if c.take(v, cand.Tokens) {
 		c.admit(now, t)
 		c.notify = append(c.notify, t)
 		return
 	}
-	v.queue++
 	c.seq++
 	t.seq = c.seq
 	aq := c.queues[v.member]
@@ -580,8 +604,9 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 		})
 		wait := 0.0
 		if v.inflight >= v.cap {
-			// A slot frees about every (mean remaining decode time)/b.
-			wait = float64(v.queue+1) * (v.tpot * v.pending / b) / b
+			// A slot frees about every (mean remaining decode time)/b; a
+			// request is assumed to have at least one token left.
+			wait = float64(v.queue+1) * (v.tpot * max(v.pending/b, 1)) / b
 		}
 		decode := v.tpot * (v.pending / b)
 		cd := Candidate{
@@ -704,26 +729,22 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 	return keep, relaxed, nil
 }
 
-// normalise sets CostNorm and LatencyNorm by the maxima over c; an
-// exploring candidate is scored as if it were the fastest.
+// normalise sets CostNorm and LatencyNorm by the maxima over c. An
+// exploring candidate's latency is not trusted yet: its LatencyNorm is 0,
+// the best possible.
 func normalise(c []Candidate) {
-	maxC, maxT, minT := 0.0, 0.0, math.Inf(1)
+	maxC, maxT := 0.0, 0.0
 	for j := range c {
 		maxC = max(maxC, c[j].Cost)
 		maxT = max(maxT, c[j].Latency)
-		minT = min(minT, c[j].Latency)
 	}
 	for j := range c {
 		c[j].CostNorm, c[j].LatencyNorm = 0, 0
 		if maxC > 0 {
 			c[j].CostNorm = c[j].Cost / maxC
 		}
-		lat := c[j].Latency
-		if c[j].explore {
-			lat = minT
-		}
-		if maxT > 0 {
-			c[j].LatencyNorm = lat / maxT
+		if maxT > 0 && !c[j].explore {
+			c[j].LatencyNorm = c[j].Latency / maxT
 		}
 	}
 }
