@@ -2,11 +2,248 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/schedule"
+	"github.com/routebalance/routebalance/routing/sim"
+	"github.com/routebalance/routebalance/routing/sim/metrics"
+	"github.com/routebalance/routebalance/routing/sim/plots"
+	"github.com/routebalance/routebalance/routing/sim/workload"
 )
 
-// runSimulate is not built yet; its issue owns this file.
+// runSimulate is `routebalance simulate`: a discrete-event sweep of policies
+// × weights × rates over a cluster file, driven by the real scheduler.
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("simulate: not built yet")
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cluster := fs.String("cluster", "", "cluster file (default: the embedded reference-13 world)")
+	index := fs.String("index", "", "quality/length index directory built by `routebalance index build`")
+	data := fs.String("data", "", "JSONL prompts {id,prompt,task?,scores?} to replay")
+	policies := fs.String("policy", "routebalance", "policy, or a comma list: routebalance, round-robin, shortest-queue, quality-only, threshold, chimera, oracle")
+	presets := fs.String("preset", "", "preset for the routebalance/oracle policies, or a comma list (quality, latency, cost, balanced); default balanced")
+	weights := fs.String("weights", "", "custom weights q=…,c=…,l=… instead of --preset")
+	threshold := fs.Float64("threshold", 0.5, "quality threshold t of the threshold policy")
+	slack := fs.Float64("slack", 0.2, "delay slack τ of the chimera policy")
+	rates := fs.String("rates", "6,8,10,12,18,24,30", "comma list of request rates λ (req/s)")
+	n := fs.Int("n", 3000, "requests per cell")
+	burst := fs.Float64("burstiness", 1, "gamma shape of the inter-arrival gaps (1 = Poisson)")
+	seed := fs.Uint64("seed", 1, "seed of the prompt sample and the arrivals")
+	out := fs.String("out", "", "directory for results.json, results.csv and the plots")
+	noLPT := fs.Bool("no-lpt", false, "ablation: assign each batch in arrival order")
+	noAdaptive := fs.Bool("no-adaptive", false, "ablation: batch limit fixed at its maximum")
+	batchSizes := fs.String("batch-size", "", "ablation: fixed batch limit K, or a comma list (one variant per K)")
+	goodput := fs.String("goodput", sim.DefaultGoodput().String(), "goodput SLOs (ms), vLLM style")
+	decisionCost := fs.String("decision-cost", "measured", "virtual time a decision occupies the scheduler: measured (wall-clock compute of the real call) or a duration like 0 or 5ms")
+	plotRate := fs.Float64("plot-rate", 24, "λ of the frontier plots (nearest swept rate)")
+	maxTokens := fs.Int("max-tokens", 0, "max_tokens on every request (0 = none)")
+	verbose := fs.Bool("v", false, "log scheduler warnings")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *data == "" {
+		fmt.Fprintln(stderr, "simulate: --data is required")
+		fs.Usage()
+		return errUsage
+	}
+	var f *vllmemu.ClusterFile
+	var err error
+	if *cluster == "" {
+		f = vllmemu.ReferenceCluster()
+	} else if f, err = vllmemu.LoadCluster(*cluster); err != nil {
+		return err
+	}
+	world := sim.NewWorld(f)
+	items, err := workload.ReadFile(*data)
+	if err != nil {
+		return err
+	}
+	cfg := sim.DefaultConfig()
+	cfg.N, cfg.Burstiness, cfg.Seed, cfg.MaxTokens = *n, *burst, *seed, *maxTokens
+	if cfg.Goodput, err = metrics.ParseSLO(*goodput); err != nil {
+		return err
+	}
+	if *decisionCost != "measured" {
+		if cfg.DecisionCost, err = time.ParseDuration(*decisionCost); err != nil || cfg.DecisionCost < 0 {
+			return fmt.Errorf("decision-cost: want measured or a duration >= 0, got %q", *decisionCost)
+		}
+	}
+	rateList, err := parseFloats(*rates)
+	if err != nil {
+		return fmt.Errorf("rates: %w", err)
+	}
+	arms, err := buildArms(*policies, *presets, *weights, *threshold, *slack, *noLPT, *noAdaptive, *batchSizes)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelError
+	if *verbose {
+		level = slog.LevelWarn
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	newDeps, err := simDeps(*index, world, log)
+	if err != nil {
+		return err
+	}
+	newRouter := func(arm sim.Arm) (sim.Router, error) {
+		deps, err := newDeps()
+		if err != nil {
+			return nil, err
+		}
+		return sim.NewCoreRouter(schedule.DefaultConfig(), deps, world, arm)
+	}
+
+	fmt.Fprintf(stderr, "simulate: %d arm(s) × %d rate(s) × %d requests on %s (%d instances)\n", len(arms), len(rateList), cfg.N, f.Name, len(world.Cluster.Instances))
+	start := time.Now()
+	cells, err := sim.Sweep(ctx, cfg, world, items, arms, rateList, newRouter, func(c sim.Cell) {
+		fmt.Fprintf(stderr, "  %-40s λ=%-5g mean_e2e=%.3fs quality=%.4f cost=$%.6f (%.2fs)\n", c.Label(), c.Rate, c.MeanE2E, c.Quality, c.CostPerRequest, c.WallS)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "simulate: %d cells in %.2fs\n", len(cells), time.Since(start).Seconds())
+	if err := sim.WriteTable(stdout, cells); err != nil {
+		return err
+	}
+	caps := sim.Capacities(cells, 2)
+	fmt.Fprintln(stdout, "\ncapacity (highest λ with mean E2E ≤ 2 × its light-load mean):")
+	for _, c := range caps {
+		fmt.Fprintf(stdout, "  %-40s light %.3fs  swept %g  interpolated %s req/s\n", c.Label, c.LightE2E, c.Swept, fmtCap(c))
+	}
+	if *out != "" {
+		rep := &sim.Report{Command: "routebalance simulate " + strings.Join(args, " "), Cluster: f.Name, Data: *data,
+			N: cfg.N, Seed: cfg.Seed, Burstiness: cfg.Burstiness, Goodput: cfg.Goodput.String(), Cells: cells, Capacity: caps}
+		if err := sim.WriteFiles(*out, rep); err != nil {
+			return err
+		}
+		names, err := plots.Write(*out, cells, *plotRate)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "simulate: wrote results.json, results.csv and %d plots (png+svg) to %s\n", len(names), *out)
+	}
+	fmt.Fprintln(stdout, sim.SummaryLine(cells[len(cells)-1]))
+	return nil
+}
+
+func fmtCap(c sim.Capacity) string {
+	if c.AllUnder {
+		return "≥ " + strconv.FormatFloat(c.Swept, 'g', -1, 64)
+	}
+	return strconv.FormatFloat(c.Interpolated, 'f', 1, 64)
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("want positive numbers, got %q", p)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty list")
+	}
+	return out, nil
+}
+
+// buildArms expands the policy, preset and ablation lists into arms:
+// routebalance and oracle get one arm per preset (or the custom weights);
+// every other policy one arm; each arm once per fixed batch size when a
+// list is given.
+func buildArms(policies, presets, weights string, threshold, slack float64, noLPT, noAdaptive bool, batchSizes string) ([]sim.Arm, error) {
+	type wp struct {
+		name string
+		w    routing.Weights
+	}
+	var ws []wp
+	switch {
+	case weights != "" && presets != "":
+		return nil, fmt.Errorf("give --preset or --weights, not both")
+	case weights != "":
+		w, err := routing.ParseWeights(weights)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, wp{routing.PresetCustom, w})
+	default:
+		if presets == "" {
+			presets = routing.PresetBalanced
+		}
+		for _, p := range strings.Split(presets, ",") {
+			p = strings.TrimSpace(p)
+			w, err := routing.PresetWeights(p)
+			if err != nil {
+				return nil, err
+			}
+			ws = append(ws, wp{p, w})
+		}
+	}
+	var sizes []int
+	for _, s := range strings.Split(batchSizes, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		k, err := strconv.Atoi(s)
+		if err != nil || k < 1 {
+			return nil, fmt.Errorf("batch-size: want positive integers, got %q", s)
+		}
+		sizes = append(sizes, k)
+	}
+	if len(sizes) == 0 {
+		sizes = []int{0}
+	}
+	var arms []sim.Arm
+	for _, p := range strings.Split(policies, ",") {
+		p = strings.TrimSpace(p)
+		pc := routing.PolicyConfig{Name: p}
+		switch p {
+		case schedule.PolicyThreshold:
+			pc.Threshold = threshold
+		case schedule.PolicyChimera:
+			pc.Slack = slack
+		}
+		perPreset := p == schedule.PolicyRouteBalance || p == schedule.PolicyOracle
+		for _, k := range sizes {
+			abl := sim.Ablation{NoLPT: noLPT, NoAdaptive: noAdaptive, BatchSize: k}
+			if perPreset {
+				for _, x := range ws {
+					arms = append(arms, sim.Arm{Policy: pc, Preset: x.name, Weights: x.w, Ablation: abl})
+				}
+				continue
+			}
+			// Baselines ignore the weights; they carry the first preset's.
+			arms = append(arms, sim.Arm{Policy: pc, Weights: ws[0].w, Ablation: abl})
+		}
+	}
+	reg := schedule.NewRegistry()
+	for _, a := range arms {
+		if _, err := reg.New(a.Policy); err != nil {
+			return nil, err
+		}
+	}
+	return arms, nil
+}
+
+// simDeps returns a constructor of the scheduler's collaborators for one
+// cell: a fresh estimator per cell, so lengths learnt online in one cell do
+// not leak into the next.
+func simDeps(index string, w *sim.World, log *slog.Logger) (func() (schedule.Deps, error), error) {
+	if index != "" {
+		return nil, fmt.Errorf("--index: the quality/length index (routing/estimate) is not available in this build")
+	}
+	_ = w
+	return func() (schedule.Deps, error) { return schedule.Deps{Logger: log}, nil }, nil
 }

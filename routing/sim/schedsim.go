@@ -1,0 +1,145 @@
+package sim
+
+import (
+	"context"
+	"time"
+
+	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/fleet"
+	"github.com/routebalance/routebalance/routing/schedule"
+	"github.com/routebalance/routebalance/routing/sim/workload"
+)
+
+// CoreRouter drives the real scheduler (schedule.Core) for the simulator:
+// every batch goes through Core.Assign, every token through Core.Progress,
+// every completion through Core.Release, and engine gauges reach its fleet
+// as the live scraper's readings would. It adds no decision logic of its
+// own.
+type CoreRouter struct {
+	core    *schedule.Core
+	index   map[string]int // instance ID → index
+	members []*fleet.Member
+	out     []*Job // jobs notified during the current call
+	labels  *oracleLabels
+}
+
+var _ Router = (*CoreRouter)(nil)
+
+// NewCoreRouter builds a fresh Core for the world's cluster with the arm's
+// policy. deps.NoScrape is forced (the loop feeds gauges itself) and
+// deps.Labels, when nil, is set to the world's true labels for the oracle.
+func NewCoreRouter(cfg schedule.Config, deps schedule.Deps, w *World, arm Arm) (*CoreRouter, error) {
+	cfg.Batch.NoLPT = cfg.Batch.NoLPT || arm.Ablation.NoLPT
+	cfg.Batch.NoAdaptive = cfg.Batch.NoAdaptive || arm.Ablation.NoAdaptive
+	if arm.Ablation.BatchSize > 0 {
+		cfg.Batch.Fixed = arm.Ablation.BatchSize
+	}
+	deps.NoScrape = true
+	r := &CoreRouter{index: map[string]int{}}
+	if deps.Labels == nil {
+		r.labels = &oracleLabels{w: w, items: map[*routing.Request]*workload.Item{}}
+		deps.Labels = r.labels
+	}
+	cl := w.Cluster
+	cl.Policy = arm.Policy
+	cl.Instances = append([]routing.Instance(nil), w.Cluster.Instances...)
+	core, err := schedule.NewCore(cfg, deps, &cl)
+	if err != nil {
+		return nil, err
+	}
+	r.core = core
+	for i, in := range cl.Instances {
+		r.index[in.ID] = i
+		r.members = append(r.members, core.Fleet().Lookup(in.ID))
+	}
+	return r, nil
+}
+
+// BatchLimit is the Core's batch-formation rule.
+func (r *CoreRouter) BatchLimit(now time.Time) int { return r.core.BatchLimit(now) }
+
+// Assign decides the batch with one Core.Assign call.
+func (r *CoreRouter) Assign(ctx context.Context, now time.Time, batch []*Job, done []*Job) []*Job {
+	tickets := make([]*schedule.Ticket, len(batch))
+	for k, j := range batch {
+		t := &schedule.Ticket{Req: &j.Req, Notify: r.notifier(j)}
+		j.Handle = t
+		tickets[k] = t
+		if r.labels != nil {
+			r.labels.items[&j.Req] = j.Item
+		}
+	}
+	r.out = done
+	r.core.Assign(ctx, now, tickets)
+	done, r.out = r.out, nil
+	if r.labels != nil {
+		for _, j := range batch {
+			delete(r.labels.items, &j.Req)
+		}
+	}
+	return done
+}
+
+func (r *CoreRouter) notifier(j *Job) func(*schedule.Ticket) {
+	return func(t *schedule.Ticket) {
+		j.Err = t.Err
+		j.Decision = t.Decision
+		if t.Err == nil {
+			j.Instance = r.index[t.Decision.Instance.ID]
+		}
+		r.out = append(r.out, j)
+	}
+}
+
+// Progress forwards streamed tokens to the Core.
+func (r *CoreRouter) Progress(now time.Time, j *Job, tokens int) {
+	r.core.Progress(now, j.Handle.(*schedule.Ticket), tokens)
+}
+
+// Release ends the job's lease; queued jobs it admits come back.
+func (r *CoreRouter) Release(now time.Time, j *Job, o routing.Outcome, done []*Job) []*Job {
+	r.out = done
+	r.core.Release(now, j.Handle.(*schedule.Ticket), o)
+	done, r.out = r.out, nil
+	return done
+}
+
+// Scrape reports an engine's gauges as a /metrics reading.
+func (r *CoreRouter) Scrape(now time.Time, i int, s vllmemu.State) {
+	if m := r.members[i]; m != nil {
+		r.core.Fleet().ReportScrape(now, m, fleet.Scrape{Running: float64(s.Running), Waiting: float64(s.Waiting), KVUsage: s.KVUsage}, nil)
+	}
+}
+
+// Close rejects anything still queued.
+func (r *CoreRouter) Close() { r.core.Close() }
+
+// oracleLabels gives the oracle policy the truth: the data's quality labels
+// and the world's output lengths.
+type oracleLabels struct {
+	w     *World
+	items map[*routing.Request]*workload.Item
+}
+
+// TrueLabels fills out with the labels of req's prompt.
+func (o *oracleLabels) TrueLabels(req *routing.Request, models []string, out *routing.PromptEstimate) bool {
+	it := o.items[req]
+	if it == nil || len(it.Scores) == 0 {
+		return false
+	}
+	out.Reset(len(models))
+	for m, name := range models {
+		q, ok := it.Scores[name]
+		if !ok {
+			return false
+		}
+		out.Quality[m] = q
+		out.Source[m] = routing.SourceOracle
+		if n, ok := o.w.TrueLength(it.Prompt, it.Task, name); ok {
+			out.Length[m] = float64(n)
+			out.Hist[m].Add(float64(n), 1)
+		}
+	}
+	return true
+}

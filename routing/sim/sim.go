@@ -1,0 +1,446 @@
+// Package sim is the discrete-event simulator behind `routebalance
+// simulate`: arrivals in virtual time, one vllmemu.Engine per instance of
+// a cluster file, and a Router (the real scheduler, adapted in
+// schedsim.go) deciding batches synchronously. Nothing here sleeps or reads
+// the wall clock except to measure the scheduler's own compute time.
+//
+// See README.md for the event loop, the metric definitions and what the
+// virtual clock charges for a decision.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/sim/metrics"
+	"github.com/routebalance/routebalance/routing/sim/workload"
+)
+
+// epoch is virtual time zero of every run.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Job is one simulated request on its way through the Router and an
+// engine. The Router reads Req and sets Instance, Decision and Err; Handle
+// is the Router's own per-job state. The other fields are the loop's.
+type Job struct {
+	Index int
+	Req   routing.Request
+	Item  *workload.Item
+	// Instance is the index (in Cluster.Instances order) of the instance
+	// the Router admitted the job on.
+	Instance int
+	Decision routing.Decision
+	// Err is set when the Router rejected the job.
+	Err error
+	// Handle belongs to the Router.
+	Handle any
+
+	arrival   time.Time
+	submitted time.Time
+	first     time.Time
+	ticket    vllmemu.Ticket
+}
+
+// Router is the scheduler as the event loop drives it: synchronously, one
+// call at a time, with virtual time passed in. schedsim.go adapts the real
+// schedule.Core to it.
+type Router interface {
+	// BatchLimit is how many waiting jobs the next batch may take at now.
+	BatchLimit(now time.Time) int
+	// Assign decides a batch at now. It appends to done every job admitted
+	// (Instance set) or rejected (Err set) during the call and returns it;
+	// jobs it queues come back later from Release.
+	Assign(ctx context.Context, now time.Time, batch []*Job, done []*Job) []*Job
+	// Progress reports the output tokens a job has produced so far.
+	Progress(now time.Time, j *Job, tokens int)
+	// Release ends an admitted job with its outcome and appends to done
+	// every job its freed slot admitted from the queues.
+	Release(now time.Time, j *Job, o routing.Outcome, done []*Job) []*Job
+	// Scrape reports instance i's /metrics gauges at now.
+	Scrape(now time.Time, i int, s vllmemu.State)
+}
+
+// Config is one simulated cell's load.
+type Config struct {
+	// Rate is λ in req/s; Burstiness the gamma shape (1 = Poisson).
+	Rate       float64
+	Burstiness float64
+	// N is the number of requests.
+	N int
+	// Seed fixes the prompt sample and the arrivals (World.Seed fixes the
+	// output lengths).
+	Seed uint64
+	// MaxTokens is each request's max_tokens (0 = none).
+	MaxTokens int
+	// DecisionCost is the virtual time a batch decision occupies the
+	// scheduler; negative means the measured wall-clock compute time of
+	// the real call (the default), 0 makes decisions instantaneous (and
+	// runs fully deterministic).
+	DecisionCost time.Duration
+	// ScrapeInterval is how often engine gauges reach the Router, as the
+	// live scraper would; 0 disables scraping.
+	ScrapeInterval time.Duration
+	// Goodput holds the SLO budgets of the goodput figure.
+	Goodput metrics.SLO
+	// ZeroLatency runs the engines with no latency at all.
+	ZeroLatency bool
+}
+
+// DefaultConfig returns λ = 10, 3,000 Poisson arrivals, measured decision
+// cost and a 250 ms scrape interval.
+func DefaultConfig() Config {
+	return Config{Rate: 10, Burstiness: 1, N: 3000, Seed: 1, DecisionCost: -1, ScrapeInterval: 250 * time.Millisecond}
+}
+
+// Validate reports a Config that cannot run.
+func (c *Config) Validate() error {
+	switch {
+	case !(c.Rate > 0) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("rate must be a positive number, got %v", c.Rate)
+	case c.Burstiness <= 0:
+		return fmt.Errorf("burstiness must be > 0, got %v", c.Burstiness)
+	case c.N <= 0:
+		return fmt.Errorf("n must be > 0, got %d", c.N)
+	case c.ScrapeInterval < 0:
+		return errors.New("scrape interval must be >= 0")
+	}
+	return nil
+}
+
+// World is a cluster file as the simulator uses it: the routing view of its
+// instances and the engine parameters behind each.
+type World struct {
+	File *vllmemu.ClusterFile
+	// Cluster is what the scheduler sees (instance i ↔ File.Instances()[i]).
+	Cluster routing.Cluster
+	// Seed selects the world's output lengths (hash-seeded per prompt and
+	// model); it is fixed per world, apart from the workload's seed.
+	Seed  uint64
+	specs []vllmemu.InstanceSpec
+}
+
+// NewWorld builds the routing view of a cluster file. Each instance is
+// registered with MaxConcurrency = its tier's max_num_seqs (what an
+// operator registering a vLLM server would enter) and the model's
+// quality prior left at 0 (the scheduler's default).
+func NewWorld(f *vllmemu.ClusterFile) *World {
+	w := &World{File: f, Seed: 1, specs: f.Instances()}
+	w.Cluster = routing.Cluster{ID: f.Name, TenantID: "sim", Version: 1}
+	for _, s := range w.specs {
+		t := s.Tier
+		w.Cluster.Instances = append(w.Cluster.Instances, routing.Instance{
+			ID:              s.ID,
+			BaseURL:         "sim://" + s.ID,
+			Model:           t.Model,
+			GPU:             t.GPU,
+			TensorParallel:  t.TensorParallel,
+			PriceInPerMTok:  t.PriceInPerMTok,
+			PriceOutPerMTok: t.PriceOutPerMTok,
+			MaxConcurrency:  t.MaxNumSeqs,
+		})
+	}
+	return w
+}
+
+// Models returns the distinct served models in instance order.
+func (w *World) Models() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, in := range w.Cluster.Instances {
+		if !seen[in.Model] {
+			seen[in.Model] = true
+			out = append(out, in.Model)
+		}
+	}
+	return out
+}
+
+// TrueLength is the output length the world gives prompt on model (before
+// any max_tokens cap), for the oracle.
+func (w *World) TrueLength(prompt, task, model string) (int, bool) {
+	for i := range w.File.Tiers {
+		t := &w.File.Tiers[i]
+		if t.Model == model {
+			return w.File.OutputLengths.Natural(prompt, model, task, t.Verbosity, w.Seed), true
+		}
+	}
+	return 0, false
+}
+
+// Result is one finished run: the per-request records and the scheduler's
+// own cost.
+type Result struct {
+	Records []metrics.Record
+	// DecisionUs is the wall-clock compute time of each Assign call, in
+	// microseconds; BatchSizes the size of each batch.
+	DecisionUs []float64
+	BatchSizes []int
+	// VirtualEnd is the virtual time of the last completion.
+	VirtualEnd time.Duration
+	// Wall is the wall-clock time the run took.
+	Wall time.Duration
+}
+
+// request returns the routing request the simulator builds for an item:
+// model "auto", the prompt's estimated chat tokens, the given weights and
+// policy (the Router may ignore them).
+func request(id string, it *workload.Item, w routing.Weights, maxTokens int, at time.Time) routing.Request {
+	return routing.Request{
+		ID:           id,
+		Prompt:       it.Prompt,
+		PromptTokens: vllmemu.EstimateChatTokens([]string{it.Prompt}),
+		MaxTokens:    maxTokens,
+		Model:        "auto",
+		Weights:      w,
+		Arrival:      at,
+	}
+}
+
+// Run simulates one cell: cfg.N requests sampled from items arrive at
+// cfg.Rate in virtual time, router decides, the world's engines serve. The
+// weights are put on every request.
+func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weights routing.Weights, router Router) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, workload.ErrEmpty
+	}
+	wall := time.Now()
+	l := &loop{w: w, router: router, res: &Result{Records: make([]metrics.Record, cfg.N)}}
+	l.engines = make([]*vllmemu.Engine, len(w.specs))
+	l.live = make([]map[string]*Job, len(w.specs))
+	for i, s := range w.specs {
+		e, err := vllmemu.NewEngine(vllmemu.EngineConfig{Tier: *s.Tier, Lengths: w.File.OutputLengths, Seed: w.Seed, Start: epoch, ZeroLatency: cfg.ZeroLatency})
+		if err != nil {
+			return nil, fmt.Errorf("instance %s: %w", s.ID, err)
+		}
+		l.engines[i] = e
+		l.live[i] = map[string]*Job{}
+	}
+	sample := workload.Sample(items, cfg.N, cfg.Seed)
+	arrivals := workload.Arrivals(cfg.N, cfg.Rate, cfg.Burstiness, cfg.Seed)
+	jobs := make([]Job, cfg.N)
+
+	var (
+		next       int    // next arrival
+		waiting    []*Job // arrived, not yet in a batch
+		batch      []*Job
+		events     []vllmemu.Event
+		busyUntil  = epoch
+		deliveries []delivery // decided jobs, effective when the decision's virtual compute ends
+		nextScrape = epoch
+		clock      = epoch // virtual now: never goes back
+	)
+	never := epoch.Add(1 << 62)
+
+	// Each turn takes the earliest of: an engine event, a delivery of
+	// decided jobs, an arrival, the scheduler free with jobs waiting, a
+	// scrape. Ties go in that order.
+	for l.finished < cfg.N {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if l.err != nil {
+			return nil, l.err
+		}
+		tEng := never
+		for _, e := range l.engines {
+			if t, ok := e.NextEvent(); ok && t.Before(tEng) {
+				tEng = t
+			}
+		}
+		tDel := never
+		if len(deliveries) > 0 {
+			tDel = deliveries[0].at
+		}
+		tArr := never
+		if next < cfg.N {
+			tArr = epoch.Add(arrivals[next])
+		}
+		tSched := never
+		if len(waiting) > 0 {
+			tSched = maxTime(busyUntil, clock)
+		}
+		tScrape := never
+		if cfg.ScrapeInterval > 0 && l.liveCount > 0 {
+			tScrape = maxTime(nextScrape, clock)
+		}
+		now := minTime(tEng, tDel, tArr, tSched, tScrape)
+		if now.Equal(never) {
+			return nil, fmt.Errorf("simulation stalled with %d of %d requests unfinished (the router holds them)", cfg.N-l.finished, cfg.N)
+		}
+		clock = now
+		switch {
+		case now.Equal(tEng):
+			for i, e := range l.engines {
+				if t, ok := e.NextEvent(); !ok || t.After(now) {
+					continue
+				}
+				events = e.Advance(now, events[:0])
+				for _, ev := range events {
+					l.event(i, ev)
+				}
+			}
+		case now.Equal(tDel):
+			d := deliveries[0]
+			deliveries = deliveries[1:]
+			l.admit(now, d.jobs)
+		case now.Equal(tArr):
+			j := &jobs[next]
+			j.Index, j.Item, j.arrival, j.Instance = next, &sample[next], now, -1
+			j.Req = request(fmt.Sprintf("r%d", next), j.Item, weights, cfg.MaxTokens, now)
+			waiting = append(waiting, j)
+			next++
+		case now.Equal(tSched):
+			n := min(max(router.BatchLimit(now), 1), len(waiting))
+			batch = append(batch[:0], waiting[:n]...)
+			waiting = waiting[n:]
+			t0 := time.Now()
+			decided := router.Assign(ctx, now, batch, nil)
+			dt := time.Since(t0)
+			l.res.DecisionUs = append(l.res.DecisionUs, float64(dt)/float64(time.Microsecond))
+			l.res.BatchSizes = append(l.res.BatchSizes, n)
+			cost := cfg.DecisionCost
+			if cost < 0 {
+				cost = dt
+			}
+			busyUntil = now.Add(cost)
+			if cost == 0 {
+				l.admit(now, decided)
+			} else if len(decided) > 0 {
+				deliveries = append(deliveries, delivery{at: busyUntil, jobs: decided})
+			}
+		case now.Equal(tScrape):
+			for i, e := range l.engines {
+				router.Scrape(now, i, e.State())
+			}
+			nextScrape = now.Add(cfg.ScrapeInterval)
+		}
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	for i := range l.res.Records {
+		r := &l.res.Records[i]
+		l.res.VirtualEnd = max(l.res.VirtualEnd, r.Start+r.E2E)
+	}
+	l.res.Wall = time.Since(wall)
+	return l.res, nil
+}
+
+// loop is the state of one run the event handlers share.
+type loop struct {
+	w         *World
+	router    Router
+	engines   []*vllmemu.Engine
+	live      []map[string]*Job // per engine, by request ID
+	liveCount int
+	finished  int
+	res       *Result
+	err       error
+}
+
+func (l *loop) finish(j *Job, rec metrics.Record) {
+	l.res.Records[j.Index] = rec
+	l.finished++
+}
+
+// admit hands decided jobs to their engines at now (rejected ones finish
+// as failures), as the proxy forwards a request once it holds a slot.
+func (l *loop) admit(now time.Time, js []*Job) {
+	for _, j := range js {
+		if j.Err != nil {
+			l.finish(j, metrics.Record{Start: j.arrival.Sub(epoch), E2E: now.Sub(j.arrival), Err: j.Err.Error()})
+			continue
+		}
+		i := j.Instance
+		if i < 0 || i >= len(l.engines) {
+			l.err = fmt.Errorf("router admitted job %d on instance %d of %d", j.Index, i, len(l.engines))
+			return
+		}
+		tk, err := l.engines[i].Submit(now, vllmemu.Request{ID: j.Req.ID, Prompt: j.Item.Prompt, Task: j.Item.Task, PromptTokens: j.Req.PromptTokens, MaxTokens: j.Req.MaxTokens})
+		if err != nil {
+			// The instance refused it (prompt too long): the proxy sees
+			// a 400 and releases the slot.
+			l.finish(j, metrics.Record{Start: j.arrival.Sub(epoch), E2E: now.Sub(j.arrival), Err: err.Error()})
+			l.admit(now, l.router.Release(now, j, routing.Outcome{Err: err}, nil))
+			continue
+		}
+		j.ticket, j.submitted = tk, now
+		l.live[i][j.Req.ID] = j
+		l.liveCount++
+	}
+}
+
+// event handles one engine event of instance i the way the proxy reports
+// a stream: progress per token, release with the outcome at the end.
+func (l *loop) event(i int, ev vllmemu.Event) {
+	j := l.live[i][ev.ID]
+	if j == nil {
+		return
+	}
+	switch ev.Kind {
+	case vllmemu.EventFirstToken:
+		j.first = ev.At
+		l.router.Progress(ev.At, j, ev.Tokens)
+	case vllmemu.EventToken:
+		l.router.Progress(ev.At, j, ev.Tokens)
+	case vllmemu.EventDone:
+		delete(l.live[i], ev.ID)
+		l.liveCount--
+		l.finish(j, record(j, ev, l.w))
+		l.admit(ev.At, l.router.Release(ev.At, j, routing.Outcome{
+			PromptTokens: j.ticket.PromptTokens,
+			OutputTokens: ev.Tokens,
+			TTFT:         j.first.Sub(j.submitted),
+			E2E:          ev.At.Sub(j.submitted),
+		}, nil))
+	}
+}
+
+type delivery struct {
+	at   time.Time
+	jobs []*Job
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(ts ...time.Time) time.Time {
+	m := ts[0]
+	for _, t := range ts[1:] {
+		if t.Before(m) {
+			m = t
+		}
+	}
+	return m
+}
+
+// record is the client's view of a completed job: latencies from its
+// arrival at the router, quality from the data's label of the served model,
+// cost at the instance's prices.
+func record(j *Job, ev vllmemu.Event, w *World) metrics.Record {
+	in := &w.Cluster.Instances[j.Instance]
+	r := metrics.Record{
+		Start:        j.arrival.Sub(epoch),
+		TTFT:         j.first.Sub(j.arrival),
+		E2E:          ev.At.Sub(j.arrival),
+		PromptTokens: j.ticket.PromptTokens,
+		OutputTokens: ev.Tokens,
+		CostUSD:      in.CostUSD(float64(j.ticket.PromptTokens), float64(ev.Tokens)),
+		Model:        in.Model,
+		Instance:     in.ID,
+	}
+	r.Quality, r.HasQuality = j.Item.Quality(in.Model)
+	return r
+}
