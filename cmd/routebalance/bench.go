@@ -221,4 +221,3 @@ func printOverhead(w io.Writer, o *loadgen.Overhead) {
 
 func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 func f3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
-

@@ -118,7 +118,7 @@ type Result struct {
 	ClientCPUPerReqMs float64 `json:"client_cpu_per_req_ms"`
 	// RouterCPUPerReqMs is the router process's CPU per sent request, when
 	// Config.RouterPID was given.
-	RouterCPUPerReqMs float64 `json:"router_cpu_per_req_ms,omitempty"`
+	RouterCPUPerReqMs float64          `json:"router_cpu_per_req_ms,omitempty"`
 	Records           []metrics.Record `json:"-"`
 }
 
