@@ -14,9 +14,14 @@ import (
 )
 
 // Domain errors. ErrNotFound is also what another tenant's id yields.
+// Validation problems are *routing.FieldError values naming the field.
 var (
-	ErrNotFound     = errors.New("not found")
-	ErrConflict     = errors.New("already exists")
+	// ErrNotFound means no such record exists for the calling tenant.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict means a unique value (an email) is already taken.
+	ErrConflict = errors.New("already exists")
+	// ErrUnauthorized means the credentials (password, token, API key) are
+	// wrong, expired or revoked. Its message never says which.
 	ErrUnauthorized = errors.New("unauthorized")
 )
 
@@ -25,6 +30,19 @@ type Tenant struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+	// ConfigVersion grows by at least one on every change to the tenant's
+	// keys, clusters, instances or settings.
+	ConfigVersion int64 `json:"-"`
+}
+
+// User is a person who logs in to a tenant's account.
+type User struct {
+	ID       string
+	TenantID string
+	Email    string
+	// PasswordHash is the PHC-formatted argon2id hash (see HashPassword).
+	PasswordHash string
+	CreatedAt    time.Time
 }
 
 // Settings are a tenant's routing defaults.
@@ -96,8 +114,11 @@ type Instance struct {
 	Disabled        bool           `json:"disabled"`
 	HasAPIKey       bool           `json:"has_api_key"`
 	APIKey          routing.Secret `json:"-"`
-	CreatedAt       time.Time      `json:"created_at"`
-	UpdatedAt       time.Time      `json:"updated_at"`
+	// SealedAPIKey is the upstream key encrypted with AES-256-GCM (see
+	// Sealer); it is what the stores keep. Empty when there is no key.
+	SealedAPIKey []byte    `json:"-"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
 }
 
 // Principal is who an inference request acts as, resolved from its API key:
@@ -110,6 +131,37 @@ type Principal struct {
 	Cluster   *Cluster   // nil when the tenant has no cluster
 	Instances []Instance // the cluster's instances
 	// Version changes when the cluster, its instances or the settings change.
-	Version  int64
+	Version int64
+	// Settings are the effective defaults: the key's preset, weights, SLO
+	// and cluster over the tenant's.
 	Settings Settings
+
+	routing *routing.Cluster
+}
+
+// RoutingCluster returns the principal's cluster and instances as the
+// scheduler's value (built once per resolved principal and shared: do not
+// modify it); ok is false when the tenant has no cluster to route on.
+func (p *Principal) RoutingCluster() (c *routing.Cluster, ok bool) {
+	if p.routing != nil {
+		return p.routing, true
+	}
+	return p.buildRoutingCluster()
+}
+
+// Routing converts in to the scheduler's instance value.
+func (in *Instance) Routing() routing.Instance {
+	return routing.Instance{
+		ID:              in.ID,
+		BaseURL:         in.BaseURL,
+		Model:           in.Model,
+		GPU:             in.GPU,
+		TensorParallel:  in.TensorParallel,
+		PriceInPerMTok:  in.PriceInPerMTok,
+		PriceOutPerMTok: in.PriceOutPerMTok,
+		MaxConcurrency:  in.MaxConcurrency,
+		QualityPrior:    in.QualityPrior,
+		APIKey:          in.APIKey,
+		Disabled:        in.Disabled,
+	}
 }

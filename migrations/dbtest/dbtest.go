@@ -1,0 +1,106 @@
+// Package dbtest gives tests fresh, migrated databases on both engines.
+//
+// Postgres comes from DATABASE_URL: every call creates a new schema, points
+// the pool's search_path at it, applies every migration and drops the schema
+// (CASCADE) when the test ends. When DATABASE_URL is unset the Postgres half
+// is skipped with a message saying so. SQLite is a file in t.TempDir().
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/routebalance/routebalance/migrations"
+	"github.com/routebalance/routebalance/tenants/sqlstore"
+)
+
+// Postgres returns a pool on a fresh migrated schema, or skips the test when
+// DATABASE_URL is unset.
+func Postgres(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		t.Skip("DATABASE_URL is not set: skipping the Postgres half (scripts/test.sh sets it)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b [6]byte
+	rand.Read(b[:]) //nolint:errcheck // crypto/rand does not fail
+	schema := "rbtest_" + hex.EncodeToString(b[:])
+
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect to DATABASE_URL: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("create schema %s: %v", schema, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse DATABASE_URL: %v", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close) // runs before the schema drop (LIFO)
+	if _, err := migrations.ApplyPostgres(ctx, pool); err != nil {
+		t.Fatalf("migrate %s: %v", schema, err)
+	}
+	return pool
+}
+
+// SQLite returns a fresh migrated SQLite database in a temporary directory.
+func SQLite(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "test.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := migrations.ApplySQLite(context.Background(), db); err != nil {
+		t.Fatalf("migrate sqlite: %v", err)
+	}
+	return db
+}
+
+// Engine is one storage engine under test.
+type Engine struct {
+	Name   string
+	Pool   *pgxpool.Pool // set for postgres
+	SQLite *sql.DB       // set for sqlite
+}
+
+// Each runs fn as a subtest once per engine with a fresh database: sqlite
+// always, postgres when DATABASE_URL is set (skipped with a message
+// otherwise).
+func Each(t *testing.T, fn func(t *testing.T, e Engine)) {
+	t.Run("sqlite", func(t *testing.T) { fn(t, Engine{Name: "sqlite", SQLite: SQLite(t)}) })
+	t.Run("postgres", func(t *testing.T) { fn(t, Engine{Name: "postgres", Pool: Postgres(t)}) })
+}

@@ -1,0 +1,161 @@
+package tenants
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/routebalance/routebalance/routing"
+)
+
+// Token types, carried in the typ claim and mirrored by distinct audiences
+// so an access token can never be used as a refresh token or vice versa.
+const (
+	TokenAccess  = "access"
+	TokenRefresh = "refresh"
+)
+
+// SessionConfig configures JWT sessions.
+type SessionConfig struct {
+	// Secret is the HS256 signing key; at least 32 bytes.
+	Secret []byte
+	// Issuer is the iss claim written and required.
+	Issuer string
+	// AccessTTL and RefreshTTL are the token lifetimes.
+	AccessTTL  time.Duration
+	RefreshTTL time.Duration
+	// Leeway tolerates clock skew when checking exp, nbf and iat.
+	Leeway time.Duration
+}
+
+// DefaultSessionConfig returns the defaults (15 min access, 30 days
+// refresh, 30 s leeway) with the given secret.
+func DefaultSessionConfig(secret []byte) SessionConfig {
+	return SessionConfig{Secret: secret, Issuer: "routebalance", AccessTTL: 15 * time.Minute, RefreshTTL: 30 * 24 * time.Hour, Leeway: 30 * time.Second}
+}
+
+// Validate checks the configuration.
+func (c SessionConfig) Validate() error {
+	switch {
+	case len(c.Secret) < 32:
+		return errors.New("session secret must be at least 32 bytes")
+	case c.Issuer == "":
+		return errors.New("session issuer must be set")
+	case c.AccessTTL <= 0 || c.RefreshTTL <= 0:
+		return errors.New("session lifetimes must be positive")
+	case c.Leeway < 0:
+		return errors.New("session leeway must not be negative")
+	}
+	return nil
+}
+
+// Session is who a valid session token speaks for.
+type Session struct {
+	UserID    string
+	TenantID  string
+	Type      string // TokenAccess or TokenRefresh
+	ExpiresAt time.Time
+}
+
+// TokenPair is what signup, login and refresh hand out.
+type TokenPair struct {
+	AccessToken  string
+	RefreshToken string
+	// ExpiresIn is the access token's lifetime.
+	ExpiresIn time.Duration
+}
+
+type claims struct {
+	jwt.RegisteredClaims
+	TenantID string `json:"tid"`
+	Type     string `json:"typ"`
+}
+
+// Sessions issues and verifies HS256 JWTs. It is safe for concurrent use.
+type Sessions struct {
+	cfg   SessionConfig
+	clock routing.Clock
+}
+
+// NewSessions returns a Sessions; clock may be nil for the wall clock.
+func NewSessions(cfg SessionConfig, clock routing.Clock) (*Sessions, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if clock == nil {
+		clock = routing.WallClock{}
+	}
+	return &Sessions{cfg: cfg, clock: clock}, nil
+}
+
+func (s *Sessions) audience(typ string) string { return s.cfg.Issuer + "/" + typ }
+
+// Issue returns a fresh access and refresh token for the user.
+func (s *Sessions) Issue(userID, tenantID string) (TokenPair, error) {
+	acc, err := s.sign(userID, tenantID, TokenAccess, s.cfg.AccessTTL)
+	if err != nil {
+		return TokenPair{}, err
+	}
+	ref, err := s.sign(userID, tenantID, TokenRefresh, s.cfg.RefreshTTL)
+	if err != nil {
+		return TokenPair{}, err
+	}
+	return TokenPair{AccessToken: acc, RefreshToken: ref, ExpiresIn: s.cfg.AccessTTL}, nil
+}
+
+func (s *Sessions) sign(userID, tenantID, typ string, ttl time.Duration) (string, error) {
+	now := s.clock.Now()
+	var jti [16]byte
+	if _, err := rand.Read(jti[:]); err != nil {
+		return "", fmt.Errorf("token id: %w", err)
+	}
+	c := claims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    s.cfg.Issuer,
+			Subject:   userID,
+			Audience:  jwt.ClaimStrings{s.audience(typ)},
+			IssuedAt:  jwt.NewNumericDate(now),
+			NotBefore: jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+			ID:        base64.RawURLEncoding.EncodeToString(jti[:]),
+		},
+		TenantID: tenantID,
+		Type:     typ,
+	}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(s.cfg.Secret)
+	if err != nil {
+		return "", fmt.Errorf("sign token: %w", err)
+	}
+	return tok, nil
+}
+
+// Verify parses a token of the wanted type (TokenAccess or TokenRefresh).
+// Only HS256 with this service's secret is accepted ("alg": "none" and
+// every other algorithm are refused before any key is used); iss, aud
+// (which encodes the type), exp, nbf and iat are required and checked; the
+// typ claim must match too. Every failure wraps ErrUnauthorized.
+func (s *Sessions) Verify(token, typ string) (Session, error) {
+	var c claims
+	p := jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithIssuer(s.cfg.Issuer),
+		jwt.WithAudience(s.audience(typ)),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(s.cfg.Leeway),
+		jwt.WithTimeFunc(s.clock.Now),
+		jwt.WithStrictDecoding(),
+	)
+	_, err := p.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return s.cfg.Secret, nil })
+	if err != nil {
+		return Session{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
+	if c.Type != typ || c.Subject == "" || c.TenantID == "" {
+		return Session{}, fmt.Errorf("%w: token is not a %s token", ErrUnauthorized, typ)
+	}
+	return Session{UserID: c.Subject, TenantID: c.TenantID, Type: c.Type, ExpiresAt: c.ExpiresAt.Time}, nil
+}
