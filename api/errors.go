@@ -1,7 +1,17 @@
 package api
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
 	"github.com/gofiber/fiber/v2"
+
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/tenants"
 )
 
 // errorBody is OpenAI's error envelope.
@@ -40,4 +50,77 @@ func sendError(c *fiber.Ctx, status int, typ, code, param, msg string) error {
 		d.Code = &code
 	}
 	return c.Status(status).JSON(errorBody{Error: d})
+}
+
+// httpError is an error that already knows its response. Handlers return
+// it for problems found in the api layer itself (bad JSON, missing token).
+type httpError struct {
+	status         int
+	typ, code, msg string
+	param          string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(param, format string, a ...any) error {
+	return &httpError{status: http.StatusBadRequest, typ: typeInvalidRequest, code: "invalid_request", param: param, msg: fmt.Sprintf(format, a...)}
+}
+
+func unauthorized(msg string) error {
+	return &httpError{status: http.StatusUnauthorized, typ: typeAuthentication, code: "invalid_credentials", msg: msg}
+}
+
+var errPanic = errors.New("internal error (panic recovered)")
+
+// errorHandler is the one place where errors become HTTP responses: it is
+// fiber's ErrorHandler (routing errors such as 404, 405 and 413 before any
+// handler ran) and is called by accessLog for every error a handler returns.
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	var he *httpError
+	var fe *routing.FieldError
+	var fbe *fiber.Error
+	var je *json.SyntaxError
+	switch {
+	case errors.As(err, &he):
+		return sendError(c, he.status, he.typ, he.code, he.param, he.msg)
+	case errors.As(err, &fe):
+		return sendError(c, http.StatusBadRequest, typeInvalidRequest, "invalid_value", fe.Field, fe.Error())
+	case errors.Is(err, tenants.ErrNotFound):
+		return sendError(c, http.StatusNotFound, typeNotFound, "not_found", "", "resource not found")
+	case errors.Is(err, tenants.ErrConflict):
+		return sendError(c, http.StatusConflict, typeInvalidRequest, "conflict", "", err.Error())
+	case errors.Is(err, tenants.ErrUnauthorized):
+		return sendError(c, http.StatusUnauthorized, typeAuthentication, "invalid_credentials", "", "invalid credentials")
+	case errors.Is(err, routing.ErrUnknownModel):
+		return sendError(c, http.StatusNotFound, typeInvalidRequest, "model_not_found", "model", err.Error())
+	case errors.Is(err, routing.ErrNoHealthyInstance), errors.Is(err, routing.ErrNoCapacity), errors.Is(err, routing.ErrClosed):
+		return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "unavailable", "", err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return sendError(c, http.StatusGatewayTimeout, typeServer, "timeout", "", "request timed out")
+	case errors.As(err, &je):
+		return sendError(c, http.StatusBadRequest, typeInvalidRequest, "invalid_json", "", "malformed JSON: "+err.Error())
+	case errors.As(err, &fbe):
+		return s.fiberError(c, fbe)
+	}
+	c.Locals(localErrLogged, err.Error())
+	s.log.ErrorContext(c.UserContext(), "request failed", slog.String("request_id", requestIDOf(c)), slog.Any("err", err))
+	return sendError(c, http.StatusInternalServerError, typeServer, "internal_error", "", "internal server error")
+}
+
+func (s *Server) fiberError(c *fiber.Ctx, e *fiber.Error) error {
+	switch e.Code {
+	case http.StatusNotFound:
+		return sendError(c, e.Code, typeInvalidRequest, "unknown_url", "", fmt.Sprintf("no route for %s %s", c.Method(), c.Path()))
+	case http.StatusMethodNotAllowed:
+		return sendError(c, e.Code, typeInvalidRequest, "method_not_allowed", "", fmt.Sprintf("method %s is not allowed on %s", c.Method(), c.Path()))
+	case http.StatusRequestEntityTooLarge:
+		return sendError(c, e.Code, typeInvalidRequest, "body_too_large", "", fmt.Sprintf("request body exceeds the limit of %d bytes", s.cfg.BodyLimit))
+	case http.StatusRequestTimeout:
+		return sendError(c, e.Code, typeInvalidRequest, "timeout", "", "request was not read in time")
+	}
+	typ := typeInvalidRequest
+	if e.Code >= 500 {
+		typ = typeServer
+	}
+	return sendError(c, e.Code, typ, "", "", e.Message)
 }

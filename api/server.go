@@ -1,12 +1,23 @@
 // Package api is the HTTP face of RouteBalance: the fiber app, its route
 // table, middleware and the mapping of domain errors to HTTP. It is the
 // only package that imports fiber.
+//
+// Routes: /healthz, /readyz, the management API under /api/v1
+// (management.go) and the OpenAI-compatible API under /v1 (inference*.go).
+// Every error, including unknown routes (404), wrong methods (405) and
+// oversized bodies (413), is answered in OpenAI's envelope
+// {"error":{"message","type","param","code"}}.
 package api
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
+
+	"github.com/routebalance/routebalance/tenants"
 )
 
 // Server is the HTTP application.
@@ -19,23 +30,85 @@ type Server struct {
 
 // Config holds the HTTP settings.
 type Config struct {
-	// BodyLimit is the largest request body in bytes.
+	// BodyLimit is the largest request body in bytes; larger bodies are
+	// answered 413.
 	BodyLimit int
+	// RequestTimeout is the deadline of every request's UserContext.
+	// Streaming handlers that outlive their handler call take over the
+	// context's cancel (see requestCancel).
+	RequestTimeout time.Duration
+	// ReadTimeout bounds reading one request (headers and body);
+	// IdleTimeout bounds keep-alive idleness.
+	ReadTimeout time.Duration
+	IdleTimeout time.Duration
 }
 
-// Deps are the collaborators the handlers use. Each field's type is an
-// interface declared next to the handlers that need it.
+// DefaultConfig returns the defaults: 8 MiB bodies, 10 min requests
+// (long generations stream for minutes), 30 s reads, 2 min idle.
+func DefaultConfig() Config {
+	return Config{BodyLimit: 8 << 20, RequestTimeout: 10 * time.Minute, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.BodyLimit <= 0 || c.RequestTimeout <= 0 || c.ReadTimeout <= 0 || c.IdleTimeout <= 0 {
+		return errors.New("api: body limit and timeouts must be positive")
+	}
+	return nil
+}
+
+// Readiness reports whether the service can serve: the database answers
+// and its migrations are applied. Called by GET /readyz; must honour ctx.
+type Readiness func(ctx context.Context) error
+
+// ClusterState returns the scheduler's live view of one cluster's
+// instances, JSON-encodable, or nil when the scheduler has no state for the
+// cluster yet. serve.go adapts (*schedule.Router).State to it.
+type ClusterState func(clusterID string) any
+
+// Deps are the collaborators the handlers use.
 type Deps struct {
 	Log *slog.Logger
+	// Tenants runs the management API and authenticates sessions.
+	Tenants *tenants.Service
+	// Ready backs /readyz; nil reports ready.
+	Ready Readiness
+	// State backs GET /api/v1/clusters/{id}/state; nil means no scheduler
+	// is wired and the endpoint reports the registered instances only.
+	State ClusterState
 }
 
 // New builds the fiber app and its routes.
 func New(cfg Config, deps Deps) *Server {
+	def := DefaultConfig()
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = def.BodyLimit
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = def.RequestTimeout
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = def.ReadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = def.IdleTimeout
+	}
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Log}
-	s.app = fiber.New(fiber.Config{BodyLimit: cfg.BodyLimit, DisableStartupMessage: true})
+	s.app = fiber.New(fiber.Config{
+		BodyLimit:             cfg.BodyLimit,
+		ReadTimeout:           cfg.ReadTimeout,
+		IdleTimeout:           cfg.IdleTimeout,
+		DisableStartupMessage: true,
+		ErrorHandler:          s.errorHandler,
+		// Unknown methods on known paths are 405, not 404.
+		// (fiber checks the other methods' trees for the path.)
+	})
+	s.app.Use(s.requestID, s.accessLog, s.recoverPanic, s.userContext)
+	s.app.Get("/healthz", s.healthz)
+	s.app.Get("/readyz", s.readyz)
 	s.mountManagement(s.app.Group("/api/v1"))
 	s.mountInference(s.app.Group("/v1"))
 	s.mountWeb(s.app) // last: its catch-all serves the dashboard
@@ -44,3 +117,9 @@ func New(cfg Config, deps Deps) *Server {
 
 // App returns the fiber app (for Listen, Shutdown and tests).
 func (s *Server) App() *fiber.App { return s.app }
+
+// Shutdown stops accepting connections and waits for in-flight requests
+// (streams included) until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	return s.app.ShutdownWithContext(ctx)
+}

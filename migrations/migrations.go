@@ -144,3 +144,33 @@ func rebind(engine, q string) string {
 	}
 	return b.String()
 }
+
+// PendingPostgres returns the versions not yet applied to a Postgres
+// database (all of them when schema_migrations does not exist yet is an
+// error: the database was never migrated).
+func PendingPostgres(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+	return pending(ctx, "postgres", pgExec{pool: pool})
+}
+
+// PendingSQLite returns the versions not yet applied to a SQLite database.
+func PendingSQLite(ctx context.Context, db *sql.DB) ([]int, error) {
+	return pending(ctx, "sqlite", sqlExec{db: db})
+}
+
+func pending(ctx context.Context, engine string, db execer) ([]int, error) {
+	all, err := List(engine)
+	if err != nil {
+		return nil, err
+	}
+	done, err := db.applied(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	var out []int
+	for _, m := range all {
+		if !done[m.Version] {
+			out = append(out, m.Version)
+		}
+	}
+	return out, nil
+}

@@ -2,11 +2,329 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/routebalance/routebalance/api"
+	"github.com/routebalance/routebalance/migrations"
+	"github.com/routebalance/routebalance/tenants"
+	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
-// runServe is not built yet; its issue owns this file.
+// serveConfig is everything `routebalance serve` reads from flags and env.
+type serveConfig struct {
+	addr            string
+	dataDir         string
+	databaseURL     string
+	allowPrivate    bool
+	jwtSecret       string
+	encryptionKey   string
+	bodyLimit       int
+	shutdownTimeout time.Duration
+	logLevel        slog.Level
+}
+
+// env returns the value of ROUTEBALANCE_<name>, or def.
+func env(name, def string) string {
+	if v, ok := os.LookupEnv("ROUTEBALANCE_" + name); ok {
+		return v
+	}
+	return def
+}
+
+func envBool(name string, def bool) bool {
+	v, ok := os.LookupEnv("ROUTEBALANCE_" + name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	return err == nil && b
+}
+
+// commonFlags registers the database flags shared by serve and migrate.
+func commonFlags(fs *flag.FlagSet, dataDir, databaseURL *string) {
+	fs.StringVar(dataDir, "data-dir", env("DATA_DIR", "./data"), "directory for the SQLite database and generated secrets (env ROUTEBALANCE_DATA_DIR)")
+	def := env("DATABASE_URL", os.Getenv("DATABASE_URL"))
+	fs.StringVar(databaseURL, "database-url", def, "Postgres URL (postgres://…); empty uses SQLite in the data dir (env ROUTEBALANCE_DATABASE_URL or DATABASE_URL)")
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
+	var c serveConfig
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "addr", env("ADDR", "127.0.0.1:8080"), "listen address (env ROUTEBALANCE_ADDR)")
+	commonFlags(fs, &c.dataDir, &c.databaseURL)
+	fs.BoolVar(&c.allowPrivate, "allow-private-endpoints", envBool("ALLOW_PRIVATE_ENDPOINTS", false), "let tenants register loopback and private-range instance URLs (link-local and metadata addresses are always refused) (env ROUTEBALANCE_ALLOW_PRIVATE_ENDPOINTS)")
+	fs.StringVar(&c.jwtSecret, "jwt-secret", env("JWT_SECRET", ""), "HS256 secret for sessions, at least 32 bytes; generated into <data-dir>/jwt.secret when empty (env ROUTEBALANCE_JWT_SECRET)")
+	fs.StringVar(&c.encryptionKey, "encryption-key", env("ENCRYPTION_KEY", ""), "AES-256 key for upstream credentials, 32 bytes as base64 or hex; generated into <data-dir>/encryption.key when empty (env ROUTEBALANCE_ENCRYPTION_KEY)")
+	limit, _ := strconv.Atoi(env("BODY_LIMIT", strconv.Itoa(api.DefaultConfig().BodyLimit)))
+	fs.IntVar(&c.bodyLimit, "body-limit", limit, "largest request body in bytes (env ROUTEBALANCE_BODY_LIMIT)")
+	grace, _ := time.ParseDuration(env("SHUTDOWN_TIMEOUT", "30s"))
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", grace, "how long in-flight requests and streams may run after SIGINT/SIGTERM (env ROUTEBALANCE_SHUTDOWN_TIMEOUT)")
+	level := env("LOG_LEVEL", "info")
+	fs.Func("log-level", "debug, info, warn or error (env ROUTEBALANCE_LOG_LEVEL)", func(s string) error { level = s; return nil })
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "serve: unexpected arguments %q\n", fs.Args())
+		return c, errUsage
+	}
+	if err := c.logLevel.UnmarshalText([]byte(level)); err != nil {
+		return c, fmt.Errorf("--log-level: %w", err)
+	}
+	if c.bodyLimit <= 0 || c.shutdownTimeout <= 0 {
+		return c, errors.New("--body-limit and --shutdown-timeout must be positive")
+	}
+	return c, nil
+}
+
+// database is the open storage of either engine.
+type database struct {
+	engine string // "postgres" or "sqlite"
+	pool   *pgxpool.Pool
+	sqlite *sql.DB
+}
+
+// openDatabase connects to Postgres when url is set, else opens (creating)
+// <dataDir>/routebalance.db.
+func openDatabase(ctx context.Context, dataDir, url string) (*database, error) {
+	if url != "" {
+		if !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
+			return nil, errors.New("--database-url must be a postgres:// URL")
+		}
+		pool, err := pgxpool.New(ctx, url)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := pool.Ping(pctx); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		return &database{engine: "postgres", pool: pool}, nil
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	db, err := sqlstore.OpenSQLite(filepath.Join(dataDir, "routebalance.db"))
+	if err != nil {
+		return nil, err
+	}
+	return &database{engine: "sqlite", sqlite: db}, nil
+}
+
+func (d *database) migrate(ctx context.Context) ([]int, error) {
+	if d.pool != nil {
+		return migrations.ApplyPostgres(ctx, d.pool)
+	}
+	return migrations.ApplySQLite(ctx, d.sqlite)
+}
+
+// ready reports whether the database answers and nothing is pending.
+func (d *database) ready(ctx context.Context) error {
+	var pending []int
+	var err error
+	if d.pool != nil {
+		pending, err = migrations.PendingPostgres(ctx, d.pool)
+	} else {
+		pending, err = migrations.PendingSQLite(ctx, d.sqlite)
+	}
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	if len(pending) > 0 {
+		return fmt.Errorf("migrations pending: %v", pending)
+	}
+	return nil
+}
+
+func (d *database) tenantStore() *sqlstore.Store {
+	if d.pool != nil {
+		return sqlstore.NewPostgres(d.pool)
+	}
+	return sqlstore.NewSQLite(d.sqlite)
+}
+
+func (d *database) close() {
+	if d.pool != nil {
+		d.pool.Close()
+	}
+	if d.sqlite != nil {
+		d.sqlite.Close()
+	}
+}
+
+// loadSecret returns the decoded flag value, or the content of
+// <dataDir>/<file>, creating it with n random bytes (mode 0600) on first
+// run. Values are base64 (standard or URL, padded or not) or hex.
+func loadSecret(flagValue, dataDir, file string, n int, log *slog.Logger) ([]byte, error) {
+	if flagValue != "" {
+		return decodeSecret(flagValue)
+	}
+	path := filepath.Join(dataDir, file)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+			log.Warn("secret file is readable by others; chmod 600 it", slog.String("path", path))
+		}
+		return decodeSecret(strings.TrimSpace(string(b)))
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	secret := make([]byte, n)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	if _, err := f.WriteString(base64.StdEncoding.EncodeToString(secret) + "\n"); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	log.Info("generated secret", slog.String("path", path))
+	return secret, nil
+}
+
+func decodeSecret(v string) ([]byte, error) {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(v); err == nil && len(b) >= 32 {
+			return b, nil
+		}
+	}
+	if b, err := hex.DecodeString(v); err == nil && len(b) >= 32 {
+		return b, nil
+	}
+	if len(v) >= 32 {
+		return []byte(v), nil // a long passphrase used as is
+	}
+	return nil, errors.New("secret must be at least 32 bytes (base64, hex or a 32+ character string)")
+}
+
+// runServe runs the service until ctx is cancelled (SIGINT/SIGTERM).
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("serve: not built yet")
+	cfg, err := parseServeFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+
+	db, err := openDatabase(ctx, cfg.dataDir, cfg.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.close()
+	applied, err := db.migrate(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	log.Info("database ready", slog.String("engine", db.engine), slog.Any("applied", applied))
+
+	jwtSecret, err := loadSecret(cfg.jwtSecret, cfg.dataDir, "jwt.secret", 32, log)
+	if err != nil {
+		return fmt.Errorf("jwt secret: %w", err)
+	}
+	encKey, err := loadSecret(cfg.encryptionKey, cfg.dataDir, "encryption.key", 32, log)
+	if err != nil {
+		return fmt.Errorf("encryption key: %w", err)
+	}
+	if len(encKey) != 32 {
+		return fmt.Errorf("encryption key must be exactly 32 bytes, got %d", len(encKey))
+	}
+	if db.engine == "postgres" && (cfg.jwtSecret == "" || cfg.encryptionKey == "") {
+		log.Warn("secrets come from the data dir; every replica sharing this database needs the same --jwt-secret and --encryption-key")
+	}
+
+	sessions, err := tenants.NewSessions(tenants.DefaultSessionConfig(jwtSecret), nil)
+	if err != nil {
+		return err
+	}
+	sealer, err := tenants.NewSealer(encKey)
+	if err != nil {
+		return err
+	}
+	tcfg := tenants.DefaultConfig()
+	tcfg.AllowPrivateEndpoints = cfg.allowPrivate
+	store := db.tenantStore()
+	defer store.Close()
+	svc, err := tenants.NewService(tcfg, tenants.Deps{Store: store, Sessions: sessions, Sealer: sealer, Log: log})
+	if err != nil {
+		return err
+	}
+
+	// Background workers run until the HTTP server has drained, so that
+	// requests finishing during shutdown are still metered and recorded.
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	workers, bg := errgroup.WithContext(bg)
+	workers.Go(func() error { return svc.Run(bg) })
+
+	deps := api.Deps{Log: log, Tenants: svc, Ready: db.ready}
+	// Wiring point for the scheduler, proxy and meter: construct each here,
+	// start its Run under `workers` and hand it to api.Deps.
+
+	acfg := api.DefaultConfig()
+	acfg.BodyLimit = cfg.bodyLimit
+	srv := api.New(acfg, deps)
+
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	log.Info("listening", slog.String("addr", ln.Addr().String()), slog.Bool("allow_private_endpoints", cfg.allowPrivate))
+	fmt.Fprintf(stdout, "routebalance listening on http://%s\n", ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- srv.App().Listener(ln) }()
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", slog.Duration("grace", cfg.shutdownTimeout))
+	case serveErr = <-served:
+		log.Error("server stopped", slog.Any("err", serveErr))
+	case <-bg.Done():
+		serveErr = workers.Wait()
+		log.Error("background worker stopped", slog.Any("err", serveErr))
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("in-flight requests cut at the shutdown deadline", slog.Any("err", err))
+	}
+	stopBackground()
+	if err := workers.Wait(); err != nil && !errors.Is(err, context.Canceled) && serveErr == nil {
+		serveErr = err
+	}
+	log.Info("stopped")
+	return serveErr
 }

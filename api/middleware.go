@@ -1,0 +1,143 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// Locals keys.
+const (
+	localRequestID = "rb.request_id"
+	localTenantID  = "rb.tenant_id"
+	localCancel    = "rb.cancel"
+	localErrLogged = "rb.err"
+)
+
+// HeaderRequestID carries the request id in both directions.
+const HeaderRequestID = "X-Request-Id"
+
+// saneRequestID accepts a client's id of 1–128 characters from
+// [A-Za-z0-9._:-], so it can be logged and echoed safely.
+func saneRequestID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		b := id[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-' || b == ':') {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [12]byte
+	rand.Read(b[:]) //nolint:errcheck // crypto/rand does not fail
+	return hex.EncodeToString(b[:])
+}
+
+// requestID takes a sane incoming X-Request-Id or makes one, stores it and
+// echoes it in the response.
+func (s *Server) requestID(c *fiber.Ctx) error {
+	id := c.Get(HeaderRequestID)
+	if !saneRequestID(id) {
+		id = newRequestID()
+	}
+	c.Locals(localRequestID, id)
+	c.Set(HeaderRequestID, id)
+	return c.Next()
+}
+
+// requestIDOf returns the request's id (the api's id for routing.Request).
+func requestIDOf(c *fiber.Ctx) string {
+	id, _ := c.Locals(localRequestID).(string)
+	return id
+}
+
+// accessLog writes one JSON line per request after it is answered. Errors
+// returned by handlers are turned into responses here, so the logged status
+// is the one the client got.
+func (s *Server) accessLog(c *fiber.Ctx) error {
+	start := time.Now()
+	err := c.Next()
+	if err != nil {
+		if werr := s.errorHandler(c, err); werr != nil {
+			s.log.Error("write error response", slog.Any("err", werr))
+		}
+	}
+	status := c.Response().StatusCode()
+	attrs := []slog.Attr{
+		slog.String("request_id", requestIDOf(c)),
+		slog.String("method", c.Method()),
+		slog.String("path", c.Path()),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		slog.Int("bytes_in", len(c.Request().Body())),
+		slog.String("ip", c.IP()),
+	}
+	if !c.Response().IsBodyStream() {
+		attrs = append(attrs, slog.Int("bytes_out", len(c.Response().Body())))
+	}
+	if tid, ok := c.Locals(localTenantID).(string); ok {
+		attrs = append(attrs, slog.String("tenant_id", tid))
+	}
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelError
+		if e, ok := c.Locals(localErrLogged).(string); ok {
+			attrs = append(attrs, slog.String("err", e))
+		}
+	}
+	s.log.LogAttrs(c.UserContext(), level, "http request", attrs...)
+	return nil
+}
+
+// recoverPanic turns a panic in a handler into a logged 500 in the
+// envelope.
+func (s *Server) recoverPanic(c *fiber.Ctx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic in handler",
+				slog.String("request_id", requestIDOf(c)),
+				slog.String("panic", fmt.Sprint(r)),
+				slog.String("stack", string(debug.Stack())))
+			err = errPanic
+		}
+	}()
+	return c.Next()
+}
+
+// userContext gives the request a context with the configured deadline,
+// cancelled when the handler returns, unless the handler took the cancel
+// over with requestCancel (streaming responses, which run after the
+// handler has returned).
+func (s *Server) userContext(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	taken := false
+	c.Locals(localCancel, func() context.CancelFunc { taken = true; return cancel })
+	c.SetUserContext(ctx)
+	err := c.Next()
+	if !taken {
+		cancel()
+	}
+	return err
+}
+
+// requestCancel hands the request context's cancel function to the caller,
+// who must call it when the response is complete (e.g. at the end of a
+// SetBodyStreamWriter callback). Without this call the context is cancelled
+// as soon as the handler returns.
+func requestCancel(c *fiber.Ctx) context.CancelFunc {
+	if take, ok := c.Locals(localCancel).(func() context.CancelFunc); ok {
+		return take()
+	}
+	return func() {}
+}
