@@ -110,7 +110,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 func (s *Server) fiberError(c *fiber.Ctx, e *fiber.Error) error {
 	switch e.Code {
 	case http.StatusNotFound:
-		return sendError(c, e.Code, typeInvalidRequest, "unknown_url", "", fmt.Sprintf("no route for %s %s", c.Method(), c.Path()))
+		return sendError(c, e.Code, typeNotFound, "not_found", "", fmt.Sprintf("no route for %s %s", c.Method(), c.Path()))
 	case http.StatusMethodNotAllowed:
 		return sendError(c, e.Code, typeInvalidRequest, "method_not_allowed", "", fmt.Sprintf("method %s is not allowed on %s", c.Method(), c.Path()))
 	case http.StatusRequestEntityTooLarge:

@@ -43,7 +43,9 @@ func (s *Server) mountManagement(r fiber.Router) {
 	r.Post("/login", s.login)
 	r.Post("/refresh", s.refresh)
 
-	a := r.Group("", s.requireSession)
+	// The session check is per route (not a group middleware) so unknown
+	// paths stay 404 rather than 401.
+	a := authed{r: r, auth: s.requireSession}
 	a.Post("/keys", s.createKey)
 	a.Get("/keys", s.listKeys)
 	a.Patch("/keys/:id", s.updateKey)
@@ -66,6 +68,18 @@ func (s *Server) mountManagement(r fiber.Router) {
 	a.Get("/settings", s.getSettings)
 	a.Put("/settings", s.putSettings)
 }
+
+// authed registers routes behind the session check.
+type authed struct {
+	r    fiber.Router
+	auth fiber.Handler
+}
+
+func (a authed) Get(p string, h fiber.Handler)    { a.r.Get(p, a.auth, h) }
+func (a authed) Post(p string, h fiber.Handler)   { a.r.Post(p, a.auth, h) }
+func (a authed) Put(p string, h fiber.Handler)    { a.r.Put(p, a.auth, h) }
+func (a authed) Patch(p string, h fiber.Handler)  { a.r.Patch(p, a.auth, h) }
+func (a authed) Delete(p string, h fiber.Handler) { a.r.Delete(p, a.auth, h) }
 
 // decodeJSON reads the body as one JSON object into dst. Malformed JSON,
 // a non-object, trailing data and wrong value types are 400 with a message

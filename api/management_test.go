@@ -333,7 +333,7 @@ func TestBadInputs(t *testing.T) {
 		{"instance missing model", "POST", "/api/v1/clusters/" + ca + "/instances", tokA, map[string]any{"base_url": "http://203.0.113.1"}, 400, typeInvalidRequest, "model: is required"},
 		{"instance bad prior", "POST", "/api/v1/clusters/" + ca + "/instances", tokA, map[string]any{"base_url": "http://203.0.113.1", "model": "m", "quality_prior": 1.5}, 400, typeInvalidRequest, "quality_prior"},
 		{"instance wrong type", "POST", "/api/v1/clusters/" + ca + "/instances", tokA, `{"base_url":"http://203.0.113.1","model":"m","tensor_parallel":"two"}`, 400, typeInvalidRequest, "tensor_parallel must be an integer"},
-		{"unknown route", "GET", "/api/v2/nothing", "", nil, 404, typeInvalidRequest, "no route"},
+		{"unknown route", "GET", "/api/v2/nothing", "", nil, 404, typeNotFound, "no route"},
 		{"wrong method", "PUT", "/healthz", "", nil, 405, typeInvalidRequest, "not allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -356,10 +356,11 @@ func (pastClock) Now() time.Time { return time.Now().Add(-2 * time.Hour) }
 func TestMiddleware(t *testing.T) {
 	e := newEnv(t, dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)}, false, func(d *Deps) {
 		d.Ready = func(context.Context) error { return nil }
+		d.State = func(string) any { panic("kaboom") }
 	})
-	e.app.Get("/boom", func(c *fiber.Ctx) error { panic("kaboom") })
-
-	r := e.do("GET", "/boom", "", nil)
+	_, tok, _ := e.signup("p@example.com")
+	cid := e.do("POST", "/api/v1/clusters", tok, map[string]any{"name": "c"}).str("id")
+	r := e.do("GET", "/api/v1/clusters/"+cid+"/state", tok, nil)
 	if r.status != 500 {
 		t.Fatalf("panic: status %d %s", r.status, r.raw)
 	}
