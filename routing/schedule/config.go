@@ -195,6 +195,36 @@ type LatencyModel interface {
 	TTFT(tier string, l routing.Load) float64
 }
 
+// TierBinder is optional on a LatencyModel: Bind returns the model of one
+// tier, so the per-candidate calls skip looking the tier up. The scheduler
+// binds each instance when a cluster version is loaded and keeps the
+// result for the version's life, so a bound model must see later learning.
+type TierBinder interface {
+	Bind(tier string) TierLatency
+}
+
+// TierLatency is the latency model of one tier (see LatencyModel).
+type TierLatency interface {
+	TPOT(l routing.Load) float64
+	TTFT(l routing.Load) float64
+}
+
+// boundTier adapts a LatencyModel without Bind to TierLatency.
+type boundTier struct {
+	m    LatencyModel
+	tier string
+}
+
+func (b *boundTier) TPOT(l routing.Load) float64 { return b.m.TPOT(b.tier, l) }
+func (b *boundTier) TTFT(l routing.Load) float64 { return b.m.TTFT(b.tier, l) }
+
+func bindTier(m LatencyModel, tier string) TierLatency {
+	if b, ok := m.(TierBinder); ok {
+		return b.Bind(tier)
+	}
+	return &boundTier{m: m, tier: tier}
+}
+
 // LengthObserver learns actual output lengths; the scheduler calls it when
 // a request completes successfully. Optional on the Estimator.
 type LengthObserver interface {

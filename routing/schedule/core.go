@@ -44,6 +44,8 @@ type Core struct {
 	priors    []float64
 	sources   []routing.EstimateSource
 	modelOf   map[string]int
+	tiers     []string      // Tier() of each listed instance, precomputed
+	lats      []TierLatency // latency model of each listed instance
 	queues    map[*fleet.Member]*admitQueue
 	sticky    *stickyMap
 	seq       uint64
@@ -56,7 +58,8 @@ type Core struct {
 	prompts []string
 	order   []int
 	cands   []Candidate
-	explore []bool
+	lens    []float64 // per model: L̂ clamped to max_tokens
+	lensQ   []float64 // per model: length at the SLO confidence
 	live    []*Ticket
 	notify  []*Ticket
 }
@@ -65,6 +68,7 @@ type Core struct {
 type slot struct {
 	member    *fleet.Member
 	inst      *routing.Instance
+	lat       TierLatency
 	model     int
 	healthy   bool
 	exploring bool
@@ -137,7 +141,10 @@ func (c *Core) Update(cl *routing.Cluster) ([]*Ticket, error) {
 	c.fleet.Rebuild(cl.Instances)
 	c.models, c.priors, c.sources = c.models[:0], c.priors[:0], c.sources[:0]
 	c.modelOf = map[string]int{}
+	c.tiers, c.lats = c.tiers[:0], c.lats[:0]
 	for _, in := range cl.Instances {
+		c.tiers = append(c.tiers, in.Tier())
+		c.lats = append(c.lats, bindTier(c.deps.Latency, in.Tier()))
 		m, ok := c.modelOf[in.Model]
 		if !ok {
 			m = len(c.models)
@@ -314,6 +321,7 @@ func (c *Core) buildView(now time.Time) {
 		v := slot{
 			member:    m,
 			inst:      s.Instance,
+			lat:       c.lats[i],
 			model:     c.modelOf[s.Instance.Model],
 			healthy:   s.Healthy && !s.Instance.Disabled,
 			exploring: s.Exploring,
@@ -338,7 +346,7 @@ func (c *Core) refreshTPOT(v *slot) {
 		KVUsage:             v.kv,
 		PendingDecodeTokens: v.pending,
 	}
-	v.tpot = c.deps.Latency.TPOT(v.inst.Tier(), l)
+	v.tpot = v.lat.TPOT(l)
 }
 
 // orderBatch fills c.order: longest predicted output first (max L̂ over
@@ -577,15 +585,36 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.PromptEstimate) ([]Candidate, []string, error) {
 	cands := c.cands[:0]
 	anyModel, anyHealthy := false, false
+	passAll := 0 // candidates failing no soft filter
 	budget := budgetOf(r)
 	prompt := float64(r.PromptTokens)
+	// Per-model lengths, once per request.
+	c.lens, c.lensQ = c.lens[:0], c.lensQ[:0]
+	for m := range c.models {
+		L := est.Length[m]
+		if r.MaxTokens > 0 && L > float64(r.MaxTokens) {
+			L = float64(r.MaxTokens)
+		}
+		Lq := L
+		if r.SLO.E2E > 0 {
+			if h := &est.Hist[m]; !h.Empty() {
+				Lq = h.Quantile(c.cfg.Confidence)
+				if r.MaxTokens > 0 {
+					Lq = min(Lq, float64(r.MaxTokens))
+				}
+			}
+		}
+		c.lens, c.lensQ = append(c.lens, L), append(c.lensQ, Lq)
+	}
+	anyM := r.AnyModel()
+	sloTTFT, sloTPOT, sloE2E := r.SLO.TTFT.Seconds(), r.SLO.TPOT.Seconds(), r.SLO.E2E.Seconds()
 	for i := range c.view {
 		v := &c.view[i]
-		if !r.AnyModel() && v.inst.Model != r.Model {
+		if !anyM && v.inst.Model != r.Model {
 			continue
 		}
 		anyModel = true
-		if !v.healthy || excluded(r, v.inst.ID) {
+		if !v.healthy || (len(r.Exclude) > 0 && excluded(r, v.inst.ID)) {
 			continue
 		}
 		anyHealthy = true
@@ -593,12 +622,9 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 			continue
 		}
 		m := v.model
-		L := est.Length[m]
-		if r.MaxTokens > 0 && L > float64(r.MaxTokens) {
-			L = float64(r.MaxTokens)
-		}
+		L := c.lens[m]
 		b := max(1, v.running)
-		ttft := c.deps.Latency.TTFT(v.inst.Tier(), routing.Load{
+		ttft := v.lat.TTFT(routing.Load{
 			Running: v.running, Waiting: v.waiting + float64(v.queue), KVUsage: v.kv,
 			PendingDecodeTokens: v.pending, PromptTokens: prompt,
 		})
@@ -609,46 +635,36 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 			wait = float64(v.queue+1) * (v.tpot * max(v.pending/b, 1)) / b
 		}
 		decode := v.tpot * (v.pending / b)
-		cd := Candidate{
-			Index:   i,
-			Model:   m,
-			Quality: est.Quality[m],
-			Tokens:  L,
-			Cost:    v.inst.CostUSD(prompt, L),
-			TTFT:    ttft,
-			TPOT:    v.tpot,
-			Wait:    wait,
-			Latency: ttft + wait + decode + v.tpot*L,
-			Load:    v.inflight + v.queue,
-		}
 		var fail uint8
-		if s := r.SLO.TTFT; s > 0 && ttft+wait > s.Seconds() {
+		if sloTTFT > 0 && ttft+wait > sloTTFT {
 			fail |= failTTFT
 		}
-		if s := r.SLO.TPOT; s > 0 && v.tpot > s.Seconds() {
+		if sloTPOT > 0 && v.tpot > sloTPOT {
 			fail |= failTPOT
 		}
-		if s := r.SLO.E2E; s > 0 {
-			Lq := L
-			if h := &est.Hist[m]; !h.Empty() {
-				Lq = h.Quantile(c.cfg.Confidence)
-				if r.MaxTokens > 0 {
-					Lq = min(Lq, float64(r.MaxTokens))
-				}
-			}
-			if ttft+wait+decode+v.tpot*Lq > s.Seconds() {
-				fail |= failE2E
-			}
+		if sloE2E > 0 && ttft+wait+decode+v.tpot*c.lensQ[m] > sloE2E {
+			fail |= failE2E
 		}
-		if r.QualityFloor > 0 && cd.Quality < r.QualityFloor {
+		q := est.Quality[m]
+		if r.QualityFloor > 0 && q < r.QualityFloor {
 			fail |= failQuality
 		}
-		if budget > 0 && cd.Cost > budget {
+		cost := v.inst.CostUSD(prompt, L)
+		if budget > 0 && cost > budget {
 			fail |= failBudget
 		}
+		if fail == 0 {
+			passAll++
+		}
+		// Fill in place: no copy of the struct.
+		cands = append(cands, Candidate{})
+		cd := &cands[len(cands)-1]
+		cd.Index, cd.Model, cd.Quality, cd.Tokens, cd.Cost = i, m, q, L, cost
+		cd.TTFT, cd.TPOT, cd.Wait = ttft, v.tpot, wait
+		cd.Latency = ttft + wait + decode + v.tpot*L
+		cd.Load = v.inflight + v.queue
 		cd.fail = fail
 		cd.explore = v.exploring && v.inflight < c.cfg.ExploreConcurrency
-		cands = append(cands, cd)
 	}
 	c.cands = cands
 	switch {
@@ -670,14 +686,18 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 					n++
 				}
 			}
-			if n > 0 {
-				keep := cands[:0]
-				for _, cd := range cands {
-					if cd.Model == mi {
-						keep = append(keep, cd)
+			if n > 0 && n < len(cands) {
+				keep, pass := 0, 0
+				for j := range cands {
+					if cands[j].Model == mi {
+						cands[keep] = cands[j]
+						keep++
+						if cands[j].fail == 0 {
+							pass++
+						}
 					}
 				}
-				cands = keep
+				cands, passAll = cands[:keep], pass
 			}
 		}
 	}
@@ -703,6 +723,10 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 			return cands, relaxed, nil
 		}
 	}
+	if passAll == len(cands) {
+		normalise(cands)
+		return cands, nil, nil
+	}
 	mask := failTTFT | failTPOT | failE2E | failQuality | failBudget
 	for bit := failTTFT; ; bit <<= 1 {
 		n := 0
@@ -719,14 +743,16 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 			relaxed = append(relaxed, relaxName(bit))
 		}
 	}
-	keep := cands[:0]
-	for _, cd := range cands {
-		if cd.fail&mask == 0 {
-			keep = append(keep, cd)
+	keep := 0
+	for j := range cands {
+		if cands[j].fail&mask == 0 {
+			cands[keep] = cands[j]
+			keep++
 		}
 	}
-	normalise(keep)
-	return keep, relaxed, nil
+	cands = cands[:keep]
+	normalise(cands)
+	return cands, relaxed, nil
 }
 
 // normalise sets CostNorm and LatencyNorm by the maxima over c. An
