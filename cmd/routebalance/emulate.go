@@ -1,16 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/infra/vllmemu/demoset"
 )
 
 // faultFlags collects repeated --fault flags: "K:key=value,key=value".
@@ -67,7 +70,7 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	scale := fs.Float64("time-scale", 1, "wall seconds per emulated second (0.1 = ten times faster)")
 	seed := fs.Uint64("seed", 0, "world seed (output lengths, injected-error draws)")
 	zero := fs.Bool("zero-latency", false, "answer without modelled delays (gateway-overhead benchmarks)")
-	data := fs.String("data", "", "JSON lines with prompt and task fields: the task of known prompts (else \"default\")")
+	data := fs.String("data", "", "JSON lines with prompt and task fields: the task of known prompts (the demo set's prompts are always known; others are \"default\")")
 	faults := faultFlags{}
 	fs.Var(faults, "fault", "initial fault of an instance, K:error_rate=R,error_status=S,stall_ms=M,dead=true (repeatable)")
 	fs.Usage = func() {
@@ -93,13 +96,11 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	cfg := vllmemu.Config{File: file, Host: *host, BasePort: *basePort, TimeScale: *scale, Seed: *seed,
 		ZeroLatency: *zero, Faults: faults, Log: slog.New(slog.NewTextHandler(stderr, nil))}
-	if *data != "" {
-		t, err := vllmemu.LoadTaskTable(*data)
-		if err != nil {
-			return err
-		}
-		cfg.Tasks = t
+	tasks, err := taskTable(*data)
+	if err != nil {
+		return err
 	}
+	cfg.Tasks = tasks
 	c, err := vllmemu.StartCluster(ctx, cfg)
 	if err != nil {
 		return err
@@ -108,6 +109,24 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintln(stdout, "\nCtrl-C stops the cluster.")
 	c.Wait()
 	return nil
+}
+
+// taskTable is the demo set's prompt → task table plus, when path is not
+// empty, the file's.
+func taskTable(path string) (vllmemu.TaskTable, error) {
+	t, err := vllmemu.ReadTaskTable(bytes.NewReader(demoset.JSONL()))
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return t, nil
+	}
+	more, err := vllmemu.LoadTaskTable(path)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(t, more)
+	return t, nil
 }
 
 func printInstances(w io.Writer, c *vllmemu.Cluster) {
