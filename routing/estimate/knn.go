@@ -1,0 +1,518 @@
+// Package estimate predicts, for a batch of prompts and a list of models,
+// each model's quality and output length on each prompt: embed the prompts
+// once, find their k nearest labelled prompts, and average the neighbours'
+// per-model labels weighted by cosine similarity. See README.md.
+package estimate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+
+	"github.com/routebalance/routebalance/routing"
+)
+
+// Config tunes the KNN estimator. The zero value of a field means its
+// default.
+type Config struct {
+	// K is the number of neighbours (default 10).
+	K int
+	// SimPower sharpens the similarity weights: w = max(sim, 0)^SimPower
+	// (default 1).
+	SimPower float64
+	// Shrink pulls the neighbours' quality mean towards the model's mean
+	// over the whole index: q̂ = (Σ wᵢ qᵢ + Shrink·q̄) / (Σ wᵢ + Shrink),
+	// in units of one fully similar neighbour (default 3, measured on the
+	// LLMRouter split — see README; a negative value disables it).
+	Shrink float64
+	// DefaultPrior is the quality used for a model without labels when the
+	// caller passes no prior for it (default 0.5).
+	DefaultPrior float64
+	// DefaultLength is the output length, in tokens, assumed for a model of
+	// which no length is known anywhere (default 250).
+	DefaultLength float64
+	// DefaultLengthSigma is the log-normal spread of the histogram that
+	// goes with DefaultLength (default 0.6).
+	DefaultLengthSigma float64
+	// OnlineCapacity bounds the prompts added by online observations that
+	// match no stored prompt; the oldest is overwritten first (default
+	// 2048).
+	OnlineCapacity int
+	// SameSim is the cosine similarity at or above which an observation
+	// updates the nearest stored prompt instead of adding one (default
+	// 0.97).
+	SameSim float64
+	// MaxWeight caps the count behind a running mean so labels keep
+	// following new observations (default 32).
+	MaxWeight float64
+	// MaxModels bounds the number of distinct model names (default 64).
+	MaxModels int
+	// Index selects the search structure Open builds over the stored
+	// vectors: "exact", "hnsw" or "auto" (default: hnsw when a saved graph
+	// exists, else exact).
+	Index string
+	// Embedder, when set, replaces the embedder recorded in the index (it
+	// must produce vectors of the same dimension).
+	Embedder Embedder
+	// Logger receives load-time information (default: discard).
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.K == 0 {
+		c.K = 10
+	}
+	if c.Shrink == 0 {
+		c.Shrink = 3
+	}
+	if c.SimPower == 0 {
+		c.SimPower = 1
+	}
+	if c.DefaultPrior == 0 {
+		c.DefaultPrior = 0.5
+	}
+	if c.DefaultLength == 0 {
+		c.DefaultLength = 250
+	}
+	if c.DefaultLengthSigma == 0 {
+		c.DefaultLengthSigma = 0.6
+	}
+	if c.OnlineCapacity == 0 {
+		c.OnlineCapacity = 2048
+	}
+	if c.SameSim == 0 {
+		c.SameSim = 0.97
+	}
+	if c.MaxWeight == 0 {
+		c.MaxWeight = 32
+	}
+	if c.MaxModels == 0 {
+		c.MaxModels = 64
+	}
+	if c.Index == "" {
+		c.Index = "auto"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports whether the configuration (after defaults) is usable.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.K < 1 || c.K > 1000:
+		return fmt.Errorf("estimate: k must be in [1, 1000], got %d", c.K)
+	case c.SimPower < 0 || c.SimPower > 64:
+		return fmt.Errorf("estimate: sim_power must be in [0, 64], got %g", c.SimPower)
+	case c.Shrink > 1000:
+		return fmt.Errorf("estimate: shrink must be ≤ 1000, got %g", c.Shrink)
+	case c.DefaultPrior < 0 || c.DefaultPrior > 1:
+		return fmt.Errorf("estimate: default prior must be in [0, 1], got %g", c.DefaultPrior)
+	case c.DefaultLength <= 0 || c.DefaultLengthSigma <= 0:
+		return errors.New("estimate: default length and its sigma must be > 0")
+	case c.OnlineCapacity < 0:
+		return fmt.Errorf("estimate: online capacity must be ≥ 0, got %d", c.OnlineCapacity)
+	case c.SameSim <= 0 || c.SameSim > 1:
+		return fmt.Errorf("estimate: same_sim must be in (0, 1], got %g", c.SameSim)
+	case c.MaxWeight < 1:
+		return fmt.Errorf("estimate: max weight must be ≥ 1, got %g", c.MaxWeight)
+	case c.MaxModels < 1:
+		return fmt.Errorf("estimate: max models must be ≥ 1, got %d", c.MaxModels)
+	}
+	switch c.Index {
+	case "auto", "exact", "hnsw":
+	default:
+		return fmt.Errorf("estimate: index must be auto, exact or hnsw, got %q", c.Index)
+	}
+	return nil
+}
+
+// ErrTooManyModels is returned (and observations are dropped) when a new
+// model name would exceed Config.MaxModels.
+var ErrTooManyModels = errors.New("estimate: too many distinct models")
+
+// KNN is the quality and length estimator. Rows 0..base-1 are the indexed
+// prompts; rows base..base+OnlineCapacity-1 are a ring of prompts learned
+// online. All methods are safe for concurrent use.
+type KNN struct {
+	cfg   Config
+	emb   Embedder
+	dim   int
+	index Index // over the base rows; immutable
+	flat  *Flat // the base vectors, for Save
+	base  int
+	meta  []rowMeta // base rows' id and task, for Save
+
+	defaultHist routing.LengthHist
+
+	mu      sync.RWMutex
+	cols    map[string]int
+	models  []*column
+	online  []float32 // OnlineCapacity·dim
+	onFill  int       // rows of online in use
+	onNext  int       // next ring slot to overwrite
+	scratch sync.Pool // *knnScratch
+}
+
+type rowMeta struct {
+	ID   string
+	Task string
+}
+
+// column holds one model's labels for every row (NaN = none) and the
+// model-wide length prior learned from every length seen.
+type column struct {
+	name string
+	q    []float32 // quality mean
+	qn   []float32 // its weight
+	l    []float32 // output length mean
+	ln   []float32 // its weight
+	// qMean is the mean quality label over the base rows (NaN if none).
+	qMean float64
+	// Model-wide length prior.
+	lenN    float64
+	lenMean float64
+	lenHist routing.LengthHist
+}
+
+type knnScratch struct {
+	vecs []float32
+	nb   []Neighbor
+	cols []int
+}
+
+// newKNN wires a KNN around an embedder and an index of base rows.
+func newKNN(cfg Config, emb Embedder, idx Index, meta []rowMeta) (*KNN, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if idx.Len() != len(meta) {
+		return nil, fmt.Errorf("estimate: index has %d rows, labels %d", idx.Len(), len(meta))
+	}
+	k := &KNN{cfg: cfg, emb: emb, dim: emb.Dim(), index: idx, base: len(meta), meta: meta,
+		cols: map[string]int{}, online: make([]float32, cfg.OnlineCapacity*emb.Dim())}
+	k.defaultHist = logNormalHist(cfg.DefaultLength, cfg.DefaultLengthSigma)
+	k.scratch.New = func() any { return &knnScratch{} }
+	return k, nil
+}
+
+// logNormalHist spreads unit mass over the length buckets like a
+// log-normal with the given median and sigma.
+func logNormalHist(median, sigma float64) routing.LengthHist {
+	var h routing.LengthHist
+	cdf := func(x float64) float64 {
+		if x <= 0 {
+			return 0
+		}
+		return 0.5 * math.Erfc(-(math.Log(x)-math.Log(median))/(sigma*math.Sqrt2))
+	}
+	prev := 0.0
+	for b := 0; b < routing.LengthBuckets; b++ {
+		c := 1.0
+		if b < routing.LengthBuckets-1 {
+			c = cdf(routing.LengthBucketUpper(b))
+		}
+		h[b] = float32(c - prev)
+		prev = c
+	}
+	h.Normalize()
+	return h
+}
+
+// Dim returns the embedding dimension.
+func (k *KNN) Dim() int { return k.dim }
+
+// Len returns the number of base (indexed) prompts.
+func (k *KNN) Len() int { return k.base }
+
+// Models returns the model names that have a column, in column order.
+func (k *KNN) Models() []string {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	out := make([]string, len(k.models))
+	for i, c := range k.models {
+		out[i] = c.name
+	}
+	return out
+}
+
+// column returns the column of model, creating it when create is set;
+// k.mu must be held (for writing when create is set).
+func (k *KNN) column(model string, create bool) (int, error) {
+	if c, ok := k.cols[model]; ok {
+		return c, nil
+	}
+	if !create {
+		return -1, nil
+	}
+	if len(k.models) >= k.cfg.MaxModels {
+		return -1, fmt.Errorf("%w: limit %d, adding %q", ErrTooManyModels, k.cfg.MaxModels, model)
+	}
+	n := k.base + k.cfg.OnlineCapacity
+	c := &column{name: model, q: nanSlice(n), qn: make([]float32, n), l: nanSlice(n), ln: make([]float32, n), qMean: math.NaN()}
+	k.models = append(k.models, c)
+	k.cols[model] = len(k.models) - 1
+	return len(k.models) - 1, nil
+}
+
+func nanSlice(n int) []float32 {
+	s := make([]float32, n)
+	nan := float32(math.NaN())
+	for i := range s {
+		s[i] = nan
+	}
+	return s
+}
+
+// Estimate predicts quality and length for every prompt and model: one
+// embedder call and one index search for the whole batch. out[j] receives
+// prompts[j]'s estimate (len(out) must be len(prompts)); models without
+// labels among the neighbours get priors[m] (or Config.DefaultPrior when
+// priors is shorter) and SourcePrior.
+func (k *KNN) Estimate(ctx context.Context, prompts []string, models []string, priors []float64, out []routing.PromptEstimate) error {
+	if len(out) != len(prompts) {
+		return fmt.Errorf("estimate: %d outputs for %d prompts", len(out), len(prompts))
+	}
+	if len(prompts) == 0 {
+		return nil
+	}
+	s := k.scratch.Get().(*knnScratch)
+	defer k.scratch.Put(s)
+	kk := k.cfg.K
+	s.vecs = growF32(s.vecs, len(prompts)*k.dim)
+	s.nb = growNb(s.nb, len(prompts)*kk)
+	if err := k.emb.Embed(ctx, prompts, s.vecs); err != nil {
+		return fmt.Errorf("estimate: embed: %w", err)
+	}
+	if k.base > 0 {
+		if err := k.index.Search(ctx, s.vecs, kk, s.nb); err != nil {
+			return fmt.Errorf("estimate: search: %w", err)
+		}
+	} else {
+		resetTop(s.nb)
+	}
+
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	if k.onFill > 0 {
+		for j := range prompts {
+			scanTopK(s.vecs[j*k.dim:(j+1)*k.dim], k.online[:k.onFill*k.dim], k.dim, int32(k.base), s.nb[j*kk:(j+1)*kk])
+		}
+	}
+	s.cols = s.cols[:0]
+	for _, m := range models {
+		c, _ := k.column(m, false)
+		s.cols = append(s.cols, c)
+	}
+	for j := range prompts {
+		k.fill(s.nb[j*kk:(j+1)*kk], s.cols, priors, &out[j])
+	}
+	return nil
+}
+
+// fill computes one prompt's estimate from its neighbours; k.mu is held.
+func (k *KNN) fill(nb []Neighbor, cols []int, priors []float64, e *routing.PromptEstimate) {
+	e.Reset(len(cols))
+	var wts [64]float32
+	w := wts[:0]
+	if len(nb) > len(wts) {
+		w = make([]float32, 0, len(nb))
+	}
+	for _, n := range nb {
+		if n.Row < 0 {
+			w = append(w, 0)
+			continue
+		}
+		s := float64(n.Sim)
+		if s < 0 {
+			s = 0
+		}
+		v := math.Pow(s, k.cfg.SimPower)
+		if k.cfg.SimPower == 1 {
+			v = s
+		}
+		w = append(w, float32(v)+1e-6)
+	}
+	for m, c := range cols {
+		prior := k.cfg.DefaultPrior
+		if m < len(priors) {
+			prior = priors[m]
+		}
+		e.Quality[m], e.Source[m] = prior, routing.SourcePrior
+		if c < 0 {
+			e.Length[m], e.Hist[m] = k.cfg.DefaultLength, k.defaultHist
+			continue
+		}
+		col := k.models[c]
+		var qs, qw, ls, lw float64
+		for i, n := range nb {
+			if n.Row < 0 {
+				continue
+			}
+			wi := float64(w[i])
+			if q := col.q[n.Row]; q == q {
+				qs += wi * float64(q)
+				qw += wi
+			}
+			if l := col.l[n.Row]; l == l {
+				ls += wi * float64(l)
+				lw += wi
+				e.Hist[m].Add(float64(l), wi)
+			}
+		}
+		if qw > 0 {
+			if k.cfg.Shrink > 0 && col.qMean == col.qMean {
+				qs += k.cfg.Shrink * col.qMean
+				qw += k.cfg.Shrink
+			}
+			e.Quality[m], e.Source[m] = qs/qw, routing.SourceIndex
+		}
+		switch {
+		case lw > 0:
+			e.Length[m] = ls / lw
+			e.Hist[m].Normalize()
+		case col.lenN > 0:
+			e.Length[m], e.Hist[m] = col.lenMean, col.lenHist
+			e.Hist[m].Normalize()
+		default:
+			e.Length[m], e.Hist[m] = k.cfg.DefaultLength, k.defaultHist
+		}
+	}
+}
+
+// ObserveLength records that model answered prompt with tokens output
+// tokens: it updates the most similar stored prompt when it is at least
+// Config.SameSim alike, else adds the prompt to the online ring, and it
+// updates the model's length prior. Non-positive lengths are ignored.
+func (k *KNN) ObserveLength(prompt, model string, tokens int) {
+	if tokens <= 0 {
+		return
+	}
+	_ = k.observe(prompt, model, math.NaN(), float64(tokens))
+}
+
+// ObserveQuality records a feedback score q in [0, 1] for model's answer
+// to prompt, like ObserveLength. Scores outside [0, 1] are ignored.
+func (k *KNN) ObserveQuality(prompt, model string, q float64) {
+	if !(q >= 0 && q <= 1) {
+		return
+	}
+	_ = k.observe(prompt, model, q, math.NaN())
+}
+
+func (k *KNN) observe(prompt, model string, q, l float64) error {
+	s := k.scratch.Get().(*knnScratch)
+	defer k.scratch.Put(s)
+	s.vecs = growF32(s.vecs, k.dim)
+	s.nb = growNb(s.nb, 1)
+	ctx := context.Background()
+	if err := k.emb.Embed(ctx, []string{prompt}, s.vecs); err != nil {
+		k.cfg.Logger.Warn("estimate: observation dropped", slog.String("error", err.Error()))
+		return err
+	}
+	if k.base > 0 {
+		if err := k.index.Search(ctx, s.vecs, 1, s.nb); err != nil {
+			k.cfg.Logger.Warn("estimate: observation dropped", slog.String("error", err.Error()))
+			return err
+		}
+	} else {
+		resetTop(s.nb)
+	}
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, err := k.column(model, true)
+	if err != nil {
+		k.cfg.Logger.Warn("estimate: observation dropped", slog.String("error", err.Error()))
+		return err
+	}
+	if k.onFill > 0 {
+		scanTopK(s.vecs, k.online[:k.onFill*k.dim], k.dim, int32(k.base), s.nb)
+	}
+	row := s.nb[0].Row
+	if row < 0 || float64(s.nb[0].Sim) < k.cfg.SameSim {
+		if k.cfg.OnlineCapacity == 0 {
+			row = -1
+		} else {
+			row = k.addOnline(s.vecs)
+		}
+	}
+	col := k.models[c]
+	if row >= 0 {
+		if q == q {
+			runMean(&col.q[row], &col.qn[row], q, k.cfg.MaxWeight)
+		}
+		if l == l {
+			runMean(&col.l[row], &col.ln[row], l, k.cfg.MaxWeight)
+		}
+	}
+	if l == l {
+		col.observePrior(l)
+	}
+	return nil
+}
+
+// addOnline stores v in the next ring slot, clearing the labels of the
+// prompt it replaces; k.mu is held for writing.
+func (k *KNN) addOnline(v []float32) int32 {
+	slot := k.onNext
+	k.onNext = (k.onNext + 1) % k.cfg.OnlineCapacity
+	if k.onFill < k.cfg.OnlineCapacity {
+		k.onFill++
+	}
+	copy(k.online[slot*k.dim:(slot+1)*k.dim], v)
+	row := k.base + slot
+	nan := float32(math.NaN())
+	for _, col := range k.models {
+		col.q[row], col.qn[row], col.l[row], col.ln[row] = nan, 0, nan, 0
+	}
+	return int32(row)
+}
+
+// runMean folds x into the mean *m of weight *n, the weight capped at max.
+func runMean(m, n *float32, x, max float64) {
+	if *n <= 0 || *m != *m {
+		*m, *n = float32(x), 1
+		return
+	}
+	w := float64(*n)
+	*m = float32((float64(*m)*w + x) / (w + 1))
+	if w+1 <= max {
+		*n = float32(w + 1)
+	}
+}
+
+// observePrior folds one length into the model-wide prior.
+func (c *column) observePrior(l float64) {
+	const maxN = 10000
+	c.lenN++
+	n := math.Min(c.lenN, maxN)
+	c.lenMean += (l - c.lenMean) / n
+	if c.lenN > maxN {
+		// Decay the histogram so it follows drift like the mean.
+		for b := range c.lenHist {
+			c.lenHist[b] *= 1 - 1.0/maxN
+		}
+	}
+	c.lenHist.Add(l, 1)
+}
+
+func growF32(s []float32, n int) []float32 {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]float32, n)
+}
+
+func growNb(s []Neighbor, n int) []Neighbor {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]Neighbor, n)
+}

@@ -1,0 +1,105 @@
+package latency
+
+import (
+	"math"
+	"math/rand"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/routebalance/routebalance/routing"
+)
+
+func TestUnknownTierUsesDefaultPrior(t *testing.T) {
+	m, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := routing.Load{Running: 10, Waiting: 2, KVUsage: 0.5, PromptTokens: 1000}
+	got := []float64{m.TPOT("never-seen@gpu", l), m.TTFT("never-seen@gpu", l)}
+	// TPOT = 40 + 0.6·10 + 0.2·2 + 10·0.5 ms; TTFT = 60 + 1·10 + 20·2 + 100·1 ms.
+	want := []float64{0.040 + 0.006 + 0.0004 + 0.005, 0.060 + 0.010 + 0.040 + 0.100}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool { return math.Abs(a-b) < 1e-12 })); diff != "" {
+		t.Errorf("prior predictions (-want +got):\n%s", diff)
+	}
+}
+
+func TestRLSLearnsLinearTier(t *testing.T) {
+	// A tier whose truth is TPOT = 25 ms + 0.8 ms·running (the emulator's
+	// shape below max_num_seqs) and TTFT = 40 ms + 60 ms per 1k prompt
+	// tokens + 30 ms per waiting request, with 1 % noise.
+	truthTPOT := func(l routing.Load) float64 { return 0.025 + 0.0008*l.Running }
+	truthTTFT := func(l routing.Load) float64 { return 0.040 + 0.060*l.PromptTokens/1000 + 0.030*l.Waiting }
+	m, _ := New(Config{Forget: 1})
+	rng := rand.New(rand.NewSource(1))
+	draw := func() routing.Load {
+		run := float64(rng.Intn(64))
+		return routing.Load{Running: run, Waiting: float64(rng.Intn(5)), KVUsage: run / 64 * rng.Float64(),
+			PendingDecodeTokens: run * 200 * rng.Float64(), PromptTokens: float64(50 + rng.Intn(2000))}
+	}
+	for i := 0; i < 2000; i++ {
+		l := draw()
+		m.Observe("gemma@a30", l, truthTPOT(l)*(1+0.01*rng.NormFloat64()), truthTTFT(l)*(1+0.01*rng.NormFloat64()))
+	}
+	var errT, errF float64
+	const n = 500
+	for i := 0; i < n; i++ {
+		l := draw()
+		errT += math.Abs(m.TPOT("gemma@a30", l)-truthTPOT(l)) / truthTPOT(l)
+		errF += math.Abs(m.TTFT("gemma@a30", l)-truthTTFT(l)) / truthTTFT(l)
+	}
+	if errT/n > 0.02 || errF/n > 0.02 {
+		t.Errorf("MAPE after 2000 observations: tpot %.4f ttft %.4f, want both < 0.02", errT/n, errF/n)
+	}
+	if got := m.Tier("gemma@a30").Observations(); got != 2000 {
+		t.Errorf("observations = %d, want 2000", got)
+	}
+}
+
+func TestObserveSkipsBadValues(t *testing.T) {
+	m, _ := New(Config{})
+	l := routing.Load{Running: 3}
+	before := m.Tier("a@b").Coefficients()
+	m.Observe("a@b", l, math.NaN(), -1)
+	m.Observe("a@b", routing.Load{Running: math.Inf(1)}, 0.1, 0.1)
+	if diff := cmp.Diff(before, m.Tier("a@b").Coefficients()); diff != "" {
+		t.Errorf("coefficients moved on bad observations (-before +after):\n%s", diff)
+	}
+}
+
+func TestLightPriorMatchesClusterFormula(t *testing.T) {
+	// tpot(b) = light·(1 + (f−1)·b/S) for b ≤ S.
+	m, _ := New(Config{})
+	m.SetPrior("g@a30", LightPrior(0.025, 2, 64, 0.040, 0.060))
+	for _, b := range []float64{0, 16, 64} {
+		want := 0.025 * (1 + b/64)
+		if got := m.TPOT("g@a30", routing.Load{Running: b}); math.Abs(got-want) > 1e-12 {
+			t.Errorf("TPOT(b=%v) = %v, want %v", b, got, want)
+		}
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	m, _ := New(Config{})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				l := routing.Load{Running: float64(i % 30)}
+				_ = m.TPOT("t@g", l)
+				m.Observe("t@g", l, 0.03, 0.1)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{{Forget: 1.5}, {PriorVar: -1}, {MinTPOT: -1}} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", c)
+		}
+	}
+}
