@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -287,5 +289,143 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// gateEstimator blocks its first call until the test opens the gate, so
+// requests arriving meanwhile pile up for the next batch.
+type gateEstimator struct {
+	entered chan struct{}
+	gate    chan struct{}
+	mu      sync.Mutex
+	batches []int
+}
+
+func (g *gateEstimator) Estimate(ctx context.Context, prompts []string, models []string, priors []float64, out []routing.PromptEstimate) error {
+	g.mu.Lock()
+	first := len(g.batches) == 0
+	g.batches = append(g.batches, len(prompts))
+	g.mu.Unlock()
+	if first {
+		close(g.entered)
+		<-g.gate
+	}
+	return priorEstimator{tokens: 100}.Estimate(ctx, prompts, models, priors, out)
+}
+
+// TestBatchingWithoutBubble: a lone request on an idle scheduler is a
+// batch of one; requests arriving while it is computed form the next
+// batch, and every decision reports its batch size.
+func TestBatchingWithoutBubble(t *testing.T) {
+	est := &gateEstimator{entered: make(chan struct{}), gate: make(chan struct{})}
+	r, _ := startRouter(t, Config{}, Deps{Estimator: est})
+	c := testCluster(PolicyRouteBalance, 3)
+	type res struct {
+		a   *routing.Assignment
+		err error
+	}
+	results := make(chan res, 4)
+	go func() {
+		a, err := r.Route(context.Background(), c, &routing.Request{ID: "lone"})
+		results <- res{a, err}
+	}()
+	<-est.entered
+	for k := range 3 {
+		go func() {
+			a, err := r.Route(context.Background(), c, &routing.Request{ID: fmt.Sprint("late", k)})
+			results <- res{a, err}
+		}()
+	}
+	waitFor(t, func() bool {
+		run := r.clusters["c1"]
+		run.mu.Lock()
+		defer run.mu.Unlock()
+		return len(run.pending) == 3
+	})
+	close(est.gate)
+	sizes := map[string]int{}
+	for range 4 {
+		x := <-results
+		if x.err != nil {
+			t.Fatal(x.err)
+		}
+		sizes[fmt.Sprint(x.a.BatchSize)]++
+		x.a.Release(routing.Outcome{})
+	}
+	if diff := cmp.Diff(map[string]int{"1": 1, "3": 3}, sizes); diff != "" {
+		t.Errorf("requests per batch size (-want +got):\n%s", diff)
+	}
+	est.mu.Lock()
+	defer est.mu.Unlock()
+	if diff := cmp.Diff([]int{1, 3}, est.batches); diff != "" {
+		t.Errorf("estimator batches (-want +got):\n%s", diff)
+	}
+}
+
+func TestBatchLimit(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  BatchConfig
+		busy float64
+		want int
+	}{
+		{BatchConfig{MinBatch: 4, MaxBatch: 64}, 0, 4},
+		{BatchConfig{MinBatch: 4, MaxBatch: 64}, 0.5, 34},
+		{BatchConfig{MinBatch: 4, MaxBatch: 64}, 1, 64},
+		{BatchConfig{MinBatch: 4, MaxBatch: 64, NoAdaptive: true}, 0, 64},
+		{BatchConfig{MinBatch: 4, MaxBatch: 64, Fixed: 8}, 1, 8},
+	} {
+		if got := tc.cfg.Limit(tc.busy); got != tc.want {
+			t.Errorf("%+v.Limit(%v) = %d, want %d", tc.cfg, tc.busy, got, tc.want)
+		}
+	}
+	// The core's limit follows the share of instances at capacity.
+	c := testCluster(PolicyShortestQueue, 2)
+	c.Instances[0].MaxConcurrency = 1
+	core := newCore(t, Config{Batch: BatchConfig{MinBatch: 2, MaxBatch: 10}}, Deps{}, c)
+	if got := core.BatchLimit(t0); got != 2 {
+		t.Errorf("idle limit = %d, want 2", got)
+	}
+	assign(core, t0, &routing.Request{ID: "a"}) // fills i0 (cap 1)
+	if got := core.BatchLimit(t0); got != 6 {
+		t.Errorf("half-busy limit = %d, want 6", got)
+	}
+}
+
+// TestRouterScrapes: Run owns a scraper per cluster that feeds /metrics
+// into the state view.
+func TestRouterScrapes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 5\n"+
+			"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 2\n")
+	}))
+	defer srv.Close()
+	clock := newFakeClock()
+	cfg := Config{}
+	cfg.Fleet.ScrapeInterval = 5 * time.Millisecond
+	r, err := NewRouter(cfg, Deps{Clock: clock, HTTPClient: srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	c := testCluster(PolicyShortestQueue, 1)
+	c.Instances[0].BaseURL = srv.URL + "/v1"
+	route(t, r, c, &routing.Request{ID: "a"}).Release(routing.Outcome{})
+	waitFor(t, func() bool { s := r.State("c1"); return !s[0].Stale })
+	s := r.State("c1")[0]
+	if s.Running != 5 || s.Waiting != 2 {
+		t.Errorf("state running/waiting = %v/%v, want 5/2", s.Running, s.Waiting)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Route(context.Background(), c, &routing.Request{ID: "late"}); !errors.Is(err, routing.ErrClosed) {
+		t.Errorf("Route after Run ended: err = %v, want ErrClosed", err)
 	}
 }
