@@ -24,15 +24,16 @@ type command struct {
 // commands is the subcommand table. Each entry lives in its own file.
 func commands() map[string]command {
 	return map[string]command{
-		"serve":    {"run the routing service", runServe},
-		"migrate":  {"apply database migrations and exit", runMigrate},
-		"demo":     {"start an emulated cluster, the service and a demo tenant", runDemo},
-		"emulate":  {"host emulated vLLM instances from a cluster file", runEmulate},
-		"simulate": {"discrete-event simulation of policies over a cluster", runSimulate},
-		"bench":    {"live load generator against an OpenAI-compatible endpoint", runBench},
-		"index":    {"build a quality/length index from labelled prompts", runIndex},
-		"estimate": {"predict quality and length for prompts with an index", runEstimate},
-		"profile":  {"QPS sweep against one instance to train a latency model", runProfile},
+		"serve":       {"run the routing service", runServe},
+		"migrate":     {"apply database migrations and exit", runMigrate},
+		"healthcheck": {"probe a running server's /healthz (container HEALTHCHECK)", runHealthcheck},
+		"demo":        {"start an emulated cluster, the service and a demo tenant", runDemo},
+		"emulate":     {"host emulated vLLM instances from a cluster file", runEmulate},
+		"simulate":    {"discrete-event simulation of policies over a cluster", runSimulate},
+		"bench":       {"live load generator against an OpenAI-compatible endpoint", runBench},
+		"index":       {"build a quality/length index from labelled prompts", runIndex},
+		"estimate":    {"predict quality and length for prompts with an index", runEstimate},
+		"profile":     {"QPS sweep against one instance to train a latency model", runProfile},
 	}
 }
 

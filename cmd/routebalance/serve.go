@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/routebalance/routebalance/api"
 	"github.com/routebalance/routebalance/migrations"
+	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/tenants"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
@@ -217,18 +219,35 @@ func loadSecret(flagValue, dataDir, file string, n int, log *slog.Logger) ([]byt
 }
 
 func decodeSecret(v string) ([]byte, error) {
+	// Hex first: a hex string is also valid base64 and would decode wrongly.
+	if b, err := hex.DecodeString(v); err == nil && len(b) >= 32 {
+		return b, nil
+	}
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
 		if b, err := enc.DecodeString(v); err == nil && len(b) >= 32 {
 			return b, nil
 		}
 	}
-	if b, err := hex.DecodeString(v); err == nil && len(b) >= 32 {
-		return b, nil
-	}
 	if len(v) >= 32 {
 		return []byte(v), nil // a long passphrase used as is
 	}
 	return nil, errors.New("secret must be at least 32 bytes (base64, hex or a 32+ character string)")
+}
+
+// upstreamClient returns an HTTP client for calls to tenants' instances
+// that refuses, at connect time, every address the endpoint policy refuses
+// (DNS rebinding, redirects). timeout 0 means no overall timeout (streams).
+func upstreamClient(p tenants.EndpointPolicy, timeout time.Duration) *http.Client {
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: p.DialControl}
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			DialContext:         d.DialContext,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 5 * time.Second,
+		},
+	}
 }
 
 // runServe runs the service until ctx is cancelled (SIGINT/SIGTERM).
@@ -290,8 +309,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	workers.Go(func() error { return svc.Run(bg) })
 
 	deps := api.Deps{Log: log, Tenants: svc, Ready: db.ready}
-	// Wiring point for the scheduler, proxy and meter: construct each here,
-	// start its Run under `workers` and hand it to api.Deps.
+
+	// Scheduler: one Router for every tenant's cluster. Its scrapers and
+	// probes dial through the endpoint policy, like every upstream call.
+	scfg := schedule.Config{}.WithDefaults()
+	router, err := schedule.NewRouter(scfg, schedule.Deps{Logger: log, HTTPClient: upstreamClient(svc.Endpoints(), scfg.Fleet.ScrapeTimeout)})
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	workers.Go(func() error { return router.Run(bg) })
+	deps.State = func(clusterID string) any {
+		if st := router.State(clusterID); len(st) > 0 {
+			return st
+		}
+		return nil
+	}
+	// Further components (proxy, meter): construct here, start their Run
+	// under `workers`, hand them to api.Deps.
 
 	acfg := api.DefaultConfig()
 	acfg.BodyLimit = cfg.bodyLimit

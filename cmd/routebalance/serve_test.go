@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startServe runs `routebalance serve` on a free loopback port with the
+// given data dir and returns its base URL and a stop function that returns
+// runServe's error.
+func startServe(t *testing.T, dataDir string, extra ...string) (string, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	args := append([]string{"--addr", "127.0.0.1:0", "--data-dir", dataDir, "--database-url", "", "--shutdown-timeout", "5s"}, extra...)
+	go func() {
+		err := runServe(ctx, args, pw, io.Discard)
+		pw.Close()
+		done <- err
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		cancel()
+		t.Fatalf("serve did not start: %v (%v)", err, <-done)
+	}
+	go io.Copy(io.Discard, pr) //nolint:errcheck
+	url := strings.TrimSpace(strings.TrimPrefix(line, "routebalance listening on "))
+	return url, func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatal("serve did not stop within 20 s of cancellation")
+			return nil
+		}
+	}
+}
+
+func TestServeLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := startServe(t, dir, "--allow-private-endpoints")
+	res, err := http.Get(url + "/readyz")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("readyz: %v %v", res, err)
+	}
+	res.Body.Close()
+	body := `{"email":"ops@example.com","password":"correct-horse-42","name":"Ops"}`
+	res, err = http.Post(url+"/api/v1/signup", "application/json", strings.NewReader(body))
+	if err != nil || res.StatusCode != 201 {
+		t.Fatalf("signup: %v %v", res, err)
+	}
+	var tok struct {
+		AccessToken string `json:"access_token"`
+	}
+	json.NewDecoder(res.Body).Decode(&tok) //nolint:errcheck
+	res.Body.Close()
+	if err := stop(); err != nil {
+		t.Fatalf("serve returned %v after cancellation", err)
+	}
+	for _, f := range []string{"jwt.secret", "encryption.key"} {
+		st, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatalf("%s not persisted: %v", f, err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode %v, want 0600", f, st.Mode().Perm())
+		}
+	}
+
+	// A restart reuses the persisted secrets: the old session still works.
+	url, stop = startServe(t, dir)
+	defer stop() //nolint:errcheck
+	req, _ := http.NewRequest("GET", url+"/api/v1/clusters", nil)
+	req.Header.Set("Authorization", "Bearer "+tok.AccessToken)
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !bytes.Contains(b, []byte(`"data":[]`)) {
+		t.Fatalf("after restart: %d %s", res.StatusCode, b)
+	}
+}
+
+func TestMigrateCommand(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	if err := runMigrate(context.Background(), []string{"--data-dir", dir, "--database-url", ""}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "engine: sqlite") || !strings.Contains(out.String(), "0001_tenants") || strings.Contains(out.String(), "none") {
+		t.Errorf("first migrate printed:\n%s", out.String())
+	}
+	out.Reset()
+	if err := runMigrate(context.Background(), []string{"--data-dir", dir, "--database-url", ""}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "none (up to date)") {
+		t.Errorf("second migrate printed:\n%s", out.String())
+	}
+}
+
+func TestDecodeSecret(t *testing.T) {
+	for _, tc := range []struct {
+		in string
+		n  int
+	}{
+		{"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", 32},
+		{"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f", 32},
+		{"short", -1},
+	} {
+		b, err := decodeSecret(tc.in)
+		if tc.n < 0 {
+			if err == nil {
+				t.Errorf("decodeSecret(%q) accepted", tc.in)
+			}
+			continue
+		}
+		if err != nil || len(b) != tc.n || b[1] != 1 {
+			t.Errorf("decodeSecret(%q) = %v, %v", tc.in, b, err)
+		}
+	}
+}
+
+func TestHealthcheckCommand(t *testing.T) {
+	url, stop := startServe(t, t.TempDir())
+	defer stop() //nolint:errcheck
+	addr := strings.TrimPrefix(url, "http://")
+	if err := runHealthcheck(context.Background(), []string{"--addr", addr}, io.Discard, io.Discard); err != nil {
+		t.Errorf("healthcheck against a live server: %v", err)
+	}
+	if err := runHealthcheck(context.Background(), []string{"--addr", "127.0.0.1:1", "--timeout", "1s"}, io.Discard, io.Discard); err == nil {
+		t.Error("healthcheck against a closed port succeeded")
+	}
+}
