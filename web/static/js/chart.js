@@ -100,7 +100,9 @@ function svgChart(w, opts, series) {
   }
   const span = tmax - tmin;
   for (const t of timeTicks(tmin, tmax, Math.max(2, Math.floor(pw / 90)))) {
-    svg.append(s('text', { x: X(t), y: H - 8, 'text-anchor': 'middle', class: 'tick' }, fmtTime(t, span)));
+    const x = X(t);
+    const anchor = x > w - m.r - 24 ? 'end' : x < m.l + 24 ? 'start' : 'middle';
+    svg.append(s('text', { x, y: H - 8, 'text-anchor': anchor, class: 'tick' }, fmtTime(t, span)));
   }
   svg.append(s('line', { x1: m.l, x2: w - m.r, y1: Y(0), y2: Y(0), class: 'axis' }));
   series.forEach((se, i) => {

@@ -31,24 +31,29 @@ function pick(o, ...names) {
   return undefined;
 }
 
-/** usageRow reads one usage group (or the totals) into fixed names. */
+/**
+ * usageRow reads one row of GET /api/v1/usage (billing.UsageRow: group,
+ * requests, prompt_tokens, output_tokens, cost_usd, billed_usd,
+ * mean_ttft_ms, p95_ttft_ms, mean_latency_ms, p95_latency_ms,
+ * mean_predicted_quality) into the names the pages use.
+ */
 export function usageRow(r) {
   const num = (...n) => { const v = pick(r, ...n); return v === undefined ? null : Number(v); };
   return {
-    key: String(pick(r, 'key', 'group', 'bucket', 'time', 'hour', 'day', 'model', 'instance_id', 'key_id') ?? ''),
+    key: String(pick(r, 'group', 'key', 'bucket', 'time', 'hour', 'day', 'model', 'instance_id', 'key_id') ?? ''),
     label: pick(r, 'label', 'name', 'key_name', 'instance', 'model'),
     requests: num('requests', 'count') ?? 0,
     promptTokens: num('prompt_tokens', 'input_tokens', 'tokens_in') ?? 0,
     outputTokens: num('output_tokens', 'completion_tokens', 'tokens_out') ?? 0,
     costUSD: num('cost_usd', 'cost') ?? 0,
     billedUSD: num('billed_usd', 'billed') ?? 0,
-    meanE2E: num('mean_e2e_ms', 'e2e_mean_ms', 'avg_e2e_ms'),
-    p50E2E: num('p50_e2e_ms', 'e2e_p50_ms', 'median_e2e_ms'),
-    p95E2E: num('p95_e2e_ms', 'e2e_p95_ms'),
-    meanTTFT: num('mean_ttft_ms', 'ttft_mean_ms', 'avg_ttft_ms'),
-    p50TTFT: num('p50_ttft_ms', 'ttft_p50_ms'),
-    p95TTFT: num('p95_ttft_ms', 'ttft_p95_ms'),
-    quality: num('mean_predicted_quality', 'mean_quality', 'predicted_quality'),
+    meanE2E: num('mean_latency_ms', 'mean_e2e_ms'),
+    p50E2E: num('p50_latency_ms', 'p50_e2e_ms'),
+    p95E2E: num('p95_latency_ms', 'p95_e2e_ms'),
+    meanTTFT: num('mean_ttft_ms'),
+    p50TTFT: num('p50_ttft_ms'),
+    p95TTFT: num('p95_ttft_ms'),
+    quality: num('mean_predicted_quality'),
     errors: num('errors', 'error_count') ?? 0,
   };
 }
@@ -57,8 +62,8 @@ export function usageRow(r) {
 export async function fetchUsage(api, { from, to, groupBy }) {
   const q = new URLSearchParams({ from: from.toISOString(), to: to.toISOString(), group_by: groupBy });
   const resp = await api.get(`/usage?${q}`);
-  const rows = list(resp, 'groups', 'rows', 'buckets').map(usageRow);
-  const totals = usageRow((resp && resp.totals) || {});
+  const rows = list(resp, 'rows').map(usageRow);
+  const totals = usageRow((resp && (resp.total || resp.totals)) || {});
   return { totals, rows };
 }
 

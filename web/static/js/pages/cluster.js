@@ -10,7 +10,7 @@ const STATE_MS = 3000;
 const GPUS = ['H100-80G', 'H200', 'A100-80G', 'A100-40G', 'L40S', 'A10G', 'L4', 'RTX-4090', 'T4'];
 
 export function render(ctx) {
-  const root = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
+  const root = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
   const page = h('section', { class: 'page' }, h('div', { class: 'page-head' }, h('h1', {}, 'Cluster')), root);
   load();
   return page;
@@ -159,7 +159,7 @@ export function render(ctx) {
     refreshInstances();
     ctx.every(STATE_MS, refreshState);
 
-    return h('div', {},
+    return h('div', { class: 'stack' },
       h('div', { class: 'toolbar' },
         h('div', { class: 'inline-field' }, h('label', { for: sel.id }, 'Cluster'), sel),
         h('span', { class: 'muted small mono' }, `id ${cluster.id}`),
@@ -185,28 +185,36 @@ function stateTable(rows, instances) {
   const byId = new Map(instances.map((i) => [i.id, i]));
   return h('div', { class: 'table-wrap' }, h('table', { class: 'table', id: 'state-table' },
     h('caption', { class: 'sr-only' }, 'Live instance state'),
-    h('thead', {}, h('tr', {}, ['Instance', 'Health', 'In flight', 'Queue', 'Pending tokens', 'TPOT̂', 'Last scrape', 'Estimates'].map((c) => h('th', { scope: 'col' }, c)))),
+    h('thead', {}, h('tr', {}, ['Instance', 'Health', 'In flight', 'Queue', 'Pending tokens', 'TPOT̂', 'KV cache', 'Served / failed', 'Last scrape', 'Estimates'].map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', {}, rows.map((r) => {
       const idv = pick(r, 'instance_id', 'id');
       const inst = byId.get(idv);
       const healthy = pick(r, 'healthy');
       const health = pick(r, 'health', 'status');
       const ok = healthy !== undefined ? !!healthy : health === 'healthy' || health === 'ok' || health === true;
-      const tpotMs = pick(r, 'tpot_ms') ?? (pick(r, 'tpot_s', 'tpot_seconds', 'tpot') !== undefined ? pick(r, 'tpot_s', 'tpot_seconds', 'tpot') * 1000 : undefined);
-      const ageMs = pick(r, 'scrape_age_ms', 'last_scrape_age_ms', 'staleness_ms') ?? (pick(r, 'scrape_age_s', 'staleness_s') !== undefined ? pick(r, 'scrape_age_s', 'staleness_s') * 1000 : undefined);
-      const stale = !!pick(r, 'stale', 'scrape_stale');
-      const label = inst ? `${inst.model} @ ${hostOf(inst.base_url)}` : (pick(r, 'model') ? `${pick(r, 'model')} @ ${hostOf(pick(r, 'base_url') || '')}` : idv);
+      const tpotMs = pick(r, 'tpot_ms');
+      const ageMs = pick(r, 'scrape_age_ms');
+      const stale = !!pick(r, 'stale');
+      const label = inst ? `${inst.model} @ ${hostOf(inst.base_url)}` : (pick(r, 'model') ? `${pick(r, 'model')} (${String(idv).slice(0, 8)})` : idv);
       const disabled = pick(r, 'disabled') || (inst && inst.disabled);
+      const maxc = pick(r, 'max_concurrency');
+      const kv = pick(r, 'kv_usage');
+      let badge;
+      if (disabled) badge = h('span', { class: 'badge badge-off' }, 'disabled');
+      else if (!ok) badge = h('span', { class: 'badge badge-bad' }, typeof health === 'string' ? health : 'unhealthy');
+      else if (pick(r, 'exploring')) badge = h('span', { class: 'badge badge-on', title: 'New instance: a few exploration requests before its latency model is trusted' }, 'healthy · exploring');
+      else badge = h('span', { class: 'badge badge-on' }, 'healthy');
       return h('tr', {},
         h('td', {}, label),
-        h('td', {}, disabled ? h('span', { class: 'badge badge-off' }, 'disabled')
-          : ok ? h('span', { class: 'badge badge-on' }, 'healthy') : h('span', { class: 'badge badge-bad' }, typeof health === 'string' ? health : 'unhealthy')),
-        h('td', { class: 'num' }, fmtInt(pick(r, 'in_flight', 'inflight'))),
-        h('td', { class: 'num' }, fmtInt(pick(r, 'queue', 'queued', 'queue_len', 'waiting'))),
-        h('td', { class: 'num' }, fmtInt(pick(r, 'pending_tokens', 'pending_decode_tokens'))),
-        h('td', { class: 'num' }, tpotMs === undefined ? '—' : `${fmtNum(tpotMs, 1)} ms`),
-        h('td', { class: 'num' }, ageMs === undefined ? 'never' : h('span', { class: stale ? 'stale' : '' }, fmtMs(ageMs), stale ? ' (stale)' : '')),
-        h('td', {}, String(pick(r, 'estimate_source', 'source', 'latency_source') ?? '—')));
+        h('td', {}, badge),
+        h('td', { class: 'num' }, fmtInt(pick(r, 'in_flight')), maxc ? h('span', { class: 'muted' }, ` / ${fmtInt(maxc)}`) : null),
+        h('td', { class: 'num' }, fmtInt(pick(r, 'queue'))),
+        h('td', { class: 'num' }, fmtInt(pick(r, 'pending_tokens'))),
+        h('td', { class: 'num' }, tpotMs === undefined || tpotMs <= 0 ? '—' : `${fmtNum(tpotMs, 1)} ms`),
+        h('td', { class: 'num' }, kv === undefined ? '—' : `${fmtNum(kv * 100, 0)} %`),
+        h('td', { class: 'num' }, `${fmtInt(pick(r, 'served') ?? 0)} / ${fmtInt(pick(r, 'failed') ?? 0)}`),
+        h('td', { class: 'num' }, ageMs === undefined || ageMs < 0 || (stale && ageMs === 0) ? 'never' : h('span', { class: stale ? 'stale' : '' }, fmtMs(ageMs), stale ? ' (stale)' : '')),
+        h('td', {}, String(pick(r, 'estimate_source') || '—')));
     }))));
 }
 

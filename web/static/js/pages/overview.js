@@ -18,7 +18,7 @@ export function render(ctx) {
   const rangeSel = h('select', { id: 'ov-range' },
     Object.entries(RANGES).map(([k, r]) => h('option', { value: k, selected: k === '24h' }, r.label)));
   const status = h('span', { class: 'muted small', 'aria-live': 'off' });
-  const body = h('div', { class: 'ov-body' }, h('p', { class: 'muted' }, 'Loading…'));
+  const body = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
   let instLabels = new Map();
   let labelsLoaded = false;
 
@@ -74,6 +74,15 @@ export function render(ctx) {
     status, body);
 }
 
+/** cumulative turns daily billed amounts into a month-to-date running total. */
+function cumulative(rows) {
+  let sum = 0;
+  return rows.map((x) => ({ t: bucketTime(x.key), y: x.billedUSD }))
+    .filter((p) => !Number.isNaN(p.t))
+    .sort((a, b) => a.t - b.t)
+    .map((p) => { sum += p.y; return { t: p.t, y: sum }; });
+}
+
 function hostOf(u) {
   try { return new URL(u).host; } catch { return u || '?'; }
 }
@@ -98,32 +107,36 @@ function view(r, series, byModel, byInst, month, budget, instLabels) {
 
   const stats = h('div', { class: 'stats' },
     stat('Requests', fmtInt(t.requests), r.label.toLowerCase()),
-    stat('E2E latency p50', fmtMs(t.p50E2E ?? t.meanE2E), t.p50E2E === null && t.meanE2E !== null ? 'mean (no median reported)' : 'median'),
-    stat('E2E latency p95', fmtMs(t.p95E2E)),
-    stat('Time to first token', fmtMs(t.p50TTFT ?? t.meanTTFT), t.p50TTFT !== null ? 'median' : 'mean'),
+    t.p50E2E !== null ? stat('E2E latency p50', fmtMs(t.p50E2E), 'median end to end') : stat('E2E latency mean', fmtMs(t.meanE2E), 'end to end'),
+    stat('E2E latency p95', fmtMs(t.p95E2E), '95th percentile'),
+    stat('Time to first token', fmtMs(t.p50TTFT ?? t.meanTTFT), `${t.p50TTFT !== null ? 'median' : 'mean'}; p95 ${fmtMs(t.p95TTFT)}`),
     stat('Spend this month', fmtUSD(spend), spendSub),
     stat('Mean predicted quality', t.quality === null ? '—' : fmtNum(t.quality, 3), 'scheduler’s estimate Q̂ of the served model'));
 
   if (!t.requests) {
-    return h('div', {}, stats, h('div', { class: 'panel empty-state' },
+    return h('div', { class: 'stack' }, stats, h('div', { class: 'panel empty-state' },
       h('h2', {}, 'No requests in this period'),
       h('p', {}, 'Register an instance on the ', h('a', { href: '/cluster', 'data-link': true }, 'Cluster'), ' page, create an ',
         h('a', { href: '/keys', 'data-link': true }, 'API key'), ' and send a request — the ',
         h('a', { href: '/docs', 'data-link': true }, 'Docs'), ' page has snippets to paste.')));
   }
   const instItems = byInst.rows.map((x) => ({ label: instLabels.get(x.key) || x.label || x.key || '(unknown)', value: x.requests }));
-  return h('div', {}, stats,
+  return h('div', { class: 'stack' }, stats,
     h('div', { class: 'grid2' },
       h('div', { class: 'panel' }, timeChart({ kind: 'bar', caption: 'Requests', slotMs: r.slot, yFormat: (v) => fmtInt(v), series: [{ name: 'requests', points: pts((x) => x.requests) }] })),
       h('div', { class: 'panel' }, timeChart({
         kind: 'line', caption: 'Latency', slotMs: r.slot, yFormat: fmtMs,
         series: [
-          { name: 'E2E p50', points: pts((x) => x.p50E2E ?? x.meanE2E) },
+          { name: series.totals.p50E2E !== null ? 'E2E p50' : 'E2E mean', points: pts((x) => x.p50E2E ?? x.meanE2E) },
           { name: 'E2E p95', points: pts((x) => x.p95E2E) },
-          { name: 'TTFT', points: pts((x) => x.p50TTFT ?? x.meanTTFT) },
+          { name: series.totals.p50TTFT !== null ? 'TTFT p50' : 'TTFT mean', points: pts((x) => x.p50TTFT ?? x.meanTTFT) },
         ],
       })),
-      h('div', { class: 'panel' }, timeChart({ kind: 'bar', caption: 'Spend (billed)', slotMs: r.slot, yFormat: fmtUSD, series: [{ name: 'billed', points: pts((x) => x.billedUSD) }] })),
+      h('div', { class: 'panel' }, timeChart({
+        kind: 'line', caption: 'Spend this month against the budget', slotMs: 86400e3, yFormat: fmtUSD,
+        ref: budget > 0 ? { y: budget, label: `monthly budget ${fmtUSD(budget)}` } : null,
+        series: [{ name: 'month-to-date spend (billed)', points: cumulative(month.rows) }],
+      })),
       h('div', { class: 'panel' }, timeChart({ kind: 'line', caption: 'Mean predicted quality', slotMs: r.slot, yFormat: (v) => fmtNum(v, 2), series: [{ name: 'quality', points: pts((x) => x.quality) }] })),
       h('div', { class: 'panel' }, shareBars(byModel.rows.map((x) => ({ label: x.key || '(unknown)', value: x.requests })), { caption: 'Traffic share per model', format: (v) => `${fmtInt(v)} req` })),
       h('div', { class: 'panel' }, shareBars(instItems, { caption: 'Traffic share per instance', format: (v) => `${fmtInt(v)} req` }))));

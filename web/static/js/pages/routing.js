@@ -28,7 +28,7 @@ const POLICIES = [
 const same = (a, b) => Math.abs(a.quality - b.quality) < 1e-6 && Math.abs(a.latency - b.latency) < 1e-6 && Math.abs(a.cost - b.cost) < 1e-6;
 
 export function render(ctx) {
-  const root = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
+  const root = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
   const page = h('section', { class: 'page' }, h('div', { class: 'page-head' }, h('h1', {}, 'Routing')), root);
   load();
   return page;
@@ -205,7 +205,7 @@ export function render(ctx) {
     const sel = h('select', { name: 'policy' },
       POLICIES.map((p) => h('option', { value: p.name, selected: p.name === (pol.name || 'routebalance') }, p.label)),
       !known && pol.name ? h('option', { value: pol.name, selected: true }, pol.name) : null);
-    const fPol = field('Policy for this cluster', sel);
+    const fPol = field('Policy for this cluster', sel, { wide: true });
     const fT = field('Quality threshold t (0–1)', h('input', { name: 'threshold', type: 'number', min: 0, max: 1, step: 0.01, value: pol.threshold ?? '' }));
     const fS = field('Delay slack τ (fraction of fastest)', h('input', { name: 'slack', type: 'number', min: 0, step: 0.05, value: pol.slack ?? '' }));
     const fG = field('Switch gain Δs (quality)', h('input', { name: 'switch_gain', type: 'number', min: 0, max: 1, step: 0.01, value: pol.switch_gain ?? '' }));

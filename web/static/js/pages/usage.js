@@ -16,7 +16,7 @@ const PERIODS = {
 export function render(ctx) {
   const periodSel = h('select', { id: 'usage-period' }, Object.entries(PERIODS).map(([k, p]) => h('option', { value: k }, p.label)));
   const billingSlot = h('div', { class: 'panel' }, h('h2', {}, 'Plan and billing'), h('p', { class: 'muted' }, 'Loading…'));
-  const usageSlot = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
+  const usageSlot = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
   periodSel.addEventListener('change', loadUsage);
   loadBilling();
   loadUsage();

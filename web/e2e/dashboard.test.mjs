@@ -1,0 +1,291 @@
+// dashboard.test.mjs: the dashboard end to end in real headless Chromium
+// against the real server: sign up → register an instance → Test
+// connection → create a key → pick weights on the triangle → send requests
+// with the key → see them in the overview and usage → log out / log in
+// errors → revoke the key. Screenshots of every page at 1440 and 375 px go
+// to screenshots/ (git-ignored).
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { buildBinary, startServer, startEmulator, tempDir, waitFor } from './lib/procs.mjs';
+import { startUpstream } from './lib/upstream.mjs';
+import { launch, watch, shoot, chromiumMissing } from './lib/browser.mjs';
+
+const CI = process.env.CI === 'true' || process.env.CI === '1';
+const missing = chromiumMissing();
+
+const EMAIL = `e2e-${Date.now()}@example.com`;
+const PASSWORD = 'correct-horse-42';
+
+async function text(page, selector) {
+  return ((await page.locator(selector).first().textContent()) || '').trim();
+}
+
+async function untilText(page, selector, re, timeoutMs = 15_000) {
+  return waitFor(`${selector} to match ${re}`, async () => {
+    const loc = page.locator(selector).first();
+    if (!(await loc.count())) return false;
+    const t = ((await loc.textContent()) || '').trim();
+    return re.test(t) ? t : false;
+  }, { timeoutMs });
+}
+
+async function fieldError(page, name) {
+  return untilText(page, `.field:has([name="${name}"]) .field-error`, /\S/);
+}
+
+/** apiAs calls the management API with the page's own session token. */
+async function apiAs(page, base, path) {
+  const token = await page.evaluate(() => {
+    const raw = sessionStorage.getItem('routebalance.session') || localStorage.getItem('routebalance.session');
+    return raw ? JSON.parse(raw).access_token : '';
+  });
+  const r = await fetch(`${base}/api/v1${path}`, { headers: { Authorization: `Bearer ${token}` } });
+  assert.equal(r.status, 200, `GET ${path}: ${r.status}`);
+  return r.json();
+}
+
+function readout(s) {
+  // "Quality 0.65 + Latency 0.20 + Cost 0.15 = 1.00"
+  const m = s.match(/Quality ([\d.]+) \+ Latency ([\d.]+) \+ Cost ([\d.]+) = 1\.00/);
+  assert.ok(m, `weights readout ${JSON.stringify(s)}`);
+  return { quality: Number(m[1]), latency: Number(m[2]), cost: Number(m[3]) };
+}
+
+test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missing : false, timeout: 600_000 }, async (t) => {
+  assert.equal(missing, '', `browser tests need Chromium in CI: ${missing}`);
+  const work = tempDir('rb-e2e-');
+  t.after(() => fs.rmSync(work, { recursive: true, force: true }));
+
+  const bin = await buildBinary(work);
+
+  // Instances to register: `routebalance emulate` when this build has it,
+  // else two tiny vLLM-like upstreams started here.
+  let instances;
+  const emu = await startEmulator(bin);
+  if (emu) {
+    t.after(() => emu.proc.stop());
+    // Two different models, so traffic shares have something to show.
+    const seen = new Set();
+    instances = emu.instances.filter((i) => !seen.has(i.model) && seen.add(i.model)).slice(0, 2);
+    t.diagnostic(`instances from routebalance emulate: ${instances.map((i) => `${i.model}@${i.url}`).join(', ')}`);
+  } else {
+    const ups = [await startUpstream({ model: 'e2e-small' }), await startUpstream({ model: 'e2e-large' })];
+    t.after(() => Promise.all(ups.map((u) => u.close())));
+    instances = ups.map((u) => ({ url: u.url, model: u.model, gpu: u.gpu, tp: 1 }));
+    t.diagnostic('routebalance emulate is not in this build; using the test\'s own vLLM-like upstreams');
+  }
+
+  const srv = await startServer(bin, `${work}/data`);
+  t.after(() => srv.proc.stop());
+  const base = srv.base;
+
+  const browser = await launch();
+  t.after(() => browser.close());
+  await browser.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base });
+  const page = await browser.context.newPage();
+  const w = watch(page);
+  const layout = [];
+
+  // Endpoints the dashboard degrades gracefully without; a 404 from them is
+  // reported, not failed.
+  const optional = [
+    ['POST', /^\/api\/v1\/clusters\/[^/]+\/whatif$/, 'what-if preview'],
+    ['GET', /^\/api\/v1\/clusters\/[^/]+\/state$/, 'live state'],
+    ['GET', /^\/api\/v1\/usage$/, 'usage'],
+    ['GET', /^\/api\/v1\/billing$/, 'billing'],
+    ['POST', /^\/api\/v1\/instances\/test$/, 'test connection'],
+  ];
+  for (const [m, re] of optional) w.expect(m, re, 404);
+
+  // ---- sign up: a weak password is refused next to the field ----------
+  await page.goto(`${base}/`);
+  await page.waitForURL('**/login');
+  layout.push(...await shoot(page, 'login'));
+  await page.getByRole('link', { name: 'Create an account' }).click();
+  await page.waitForURL('**/signup');
+  await page.getByLabel('Name or organisation').fill('E2E Labs');
+  await page.getByLabel('Email').fill(EMAIL);
+  await page.getByLabel('Password').fill('abcdefghijkl');
+  w.expect('POST', /^\/api\/v1\/signup$/, 400);
+  await page.getByRole('button', { name: 'Create account' }).click();
+  const weak = await fieldError(page, 'password');
+  assert.match(weak, /password|letters|digits|characters/i, 'weak password error under the password field');
+  layout.push(...await shoot(page, 'signup-error'));
+
+  await page.getByLabel('Password').fill(PASSWORD);
+  await page.getByRole('button', { name: 'Create account' }).click();
+  await page.waitForURL('**/cluster');
+
+  // ---- cluster: create, register instances with Test connection --------
+  await page.getByRole('button', { name: 'Create cluster' }).click();
+  await page.getByRole('heading', { name: 'Register an instance' }).waitFor();
+  for (const [k, inst] of instances.entries()) {
+    if (k > 0) await page.getByRole('button', { name: 'Register instance' }).first().click();
+    await page.getByLabel('Base URL').fill(inst.url);
+    await page.getByLabel('Served model name').fill(inst.model);
+    await page.getByLabel('GPU type').fill(inst.gpu);
+    await page.getByLabel('Tensor-parallel size').fill(String(inst.tp || 1));
+    await page.getByLabel('Input price ($ per 1M tokens)').fill(k ? '0.9' : '0.1');
+    await page.getByLabel('Output price ($ per 1M tokens)').fill(k ? '1.8' : '0.2');
+    await page.getByLabel('Max concurrency').fill('16');
+    await page.getByRole('button', { name: 'Test connection' }).click();
+    const result = await untilText(page, '.test-result', /Connection works|failed|not available/);
+    if (/not available/.test(result)) t.diagnostic('Test connection: POST /api/v1/instances/test is not on this server');
+    else assert.match(result, /Connection works/, `test connection result: ${result}`);
+    if (k === 0) layout.push(...await shoot(page, 'cluster-register'));
+    await page.locator('form.instance-form button[type="submit"]').click();
+    await untilText(page, 'table.table tbody', new RegExp(inst.model.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+  }
+  const stateText = await untilText(page, '.panel:has(h2:text("Live state"))', /Updated|not available/);
+  if (/not available/.test(stateText)) t.diagnostic('live state: GET /api/v1/clusters/{id}/state is not on this server');
+  layout.push(...await shoot(page, 'cluster'));
+
+  // ---- API key: secret shown once -------------------------------------
+  await page.getByRole('link', { name: 'API keys' }).click();
+  await page.waitForURL('**/keys');
+  await page.getByLabel('Key name').fill('e2e key');
+  await page.getByRole('button', { name: 'Create key' }).click();
+  const secretInput = page.locator('#new-key-secret');
+  await secretInput.waitFor();
+  const secret = await secretInput.inputValue();
+  assert.match(secret, /^rb_/, 'secret shown once');
+  await page.getByRole('button', { name: 'Copy key' }).click();
+  await untilText(page, '.secret-box button.btn-small', /Copied|Copy failed/);
+  layout.push(...await shoot(page, 'keys-created'));
+  await page.getByRole('button', { name: 'I have stored it' }).click();
+  assert.equal(await page.locator('#new-key-secret').count(), 0, 'secret gone after dismissal');
+  await untilText(page, '#keys-table', /e2e key/);
+  const listed = await text(page, '#keys-table');
+  assert.ok(!listed.includes(secret), 'key list never shows the secret');
+
+  // ---- routing: presets and the triangle -------------------------------
+  await page.getByRole('link', { name: 'Routing' }).click();
+  await page.waitForURL('**/routing');
+  await page.locator('.tri-readout').waitFor();
+  await page.locator('label.preset-card[data-preset="quality"]').click();
+  assert.deepEqual(readout(await text(page, '.tri-readout')), { quality: 0.8, latency: 0.1, cost: 0.1 });
+  // Click inside the triangle near the cost corner: custom weights.
+  const box = await page.locator('svg.tri-svg').boundingBox();
+  await page.mouse.click(box.x + box.width * 0.72, box.y + box.height * 0.78);
+  const clicked = readout(await text(page, '.tri-readout'));
+  assert.ok(clicked.cost > clicked.quality && clicked.cost > clicked.latency, `a click near the cost corner favours cost: ${JSON.stringify(clicked)}`);
+  assert.ok(await page.locator('#preset-custom').isChecked(), 'dragging selects Custom');
+  // Keyboard: five steps of more quality.
+  await page.locator('svg.tri-svg').focus();
+  for (let i = 0; i < 5; i++) await page.keyboard.press('ArrowUp');
+  const picked = readout(await text(page, '.tri-readout'));
+  assert.ok(Math.abs(picked.quality - (clicked.quality + 0.05)) < 0.0101, `ArrowUp ×5 adds 0.05 quality: ${JSON.stringify(clicked)} → ${JSON.stringify(picked)}`);
+  assert.ok(Math.abs(picked.quality + picked.latency + picked.cost - 1) < 1e-9, 'weights sum to 1');
+  const whatif = await untilText(page, '.whatif', /\S/);
+  if (/not available/.test(whatif)) t.diagnostic('what-if: POST /api/v1/clusters/{id}/whatif is not on this server');
+  await page.getByRole('button', { name: 'Save preset' }).click();
+  await untilText(page, '#toast', /Saved: custom/);
+  const settings = await apiAs(page, base, '/settings');
+  assert.equal(settings.preset, 'custom');
+  for (const k of ['quality', 'latency', 'cost']) {
+    assert.ok(Math.abs(settings.weights[k] - picked[k]) < 1e-6, `saved ${k} ${settings.weights[k]} = picked ${picked[k]}`);
+  }
+  await page.getByLabel('Monthly budget ($)').fill('25');
+  await page.getByRole('button', { name: 'Save SLOs and budget' }).click();
+  await untilText(page, '#toast', /SLOs and budget saved/);
+  assert.equal((await apiAs(page, base, '/settings')).slo.monthly_budget_usd, 25);
+  layout.push(...await shoot(page, 'routing'));
+
+  // ---- requests with the key, from node --------------------------------
+  const N = 8;
+  for (let i = 0; i < N; i++) {
+    const stream = i % 4 === 3;
+    const r = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${secret}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: 'auto', stream, max_tokens: 8, messages: [{ role: 'user', content: `e2e request ${i}: say hello` }] }),
+    });
+    const body = await r.text();
+    assert.equal(r.status, 200, `request ${i}: ${body.slice(0, 300)}`);
+    assert.ok(r.headers.get('x-routebalance-instance'), 'X-RouteBalance-Instance header');
+    if (stream) assert.match(body, /data: \[DONE\]/);
+  }
+
+  // ---- overview and usage show them ------------------------------------
+  await page.getByRole('link', { name: 'Overview' }).click();
+  await page.waitForURL('**/overview');
+  const usageMissing = await waitFor('overview to count the requests', async () => {
+    await page.reload();
+    const t2 = await untilText(page, 'main', /Requests|not available/);
+    if (/Usage data is not available/.test(t2)) return 'missing';
+    const n = Number((await text(page, '.stat .stat-value')).replace(/,/g, ''));
+    return n >= N ? 'ok' : false;
+  }, { timeoutMs: 60_000, intervalMs: 1500 });
+  if (usageMissing === 'missing') t.diagnostic('usage: GET /api/v1/usage is not on this server');
+  else {
+    const shares = await text(page, '.share');
+    for (const inst of instances) {
+      // Each registered model appears in the share chart only if it served traffic; at least one must.
+      if (shares.includes(inst.model)) { t.diagnostic(`overview share lists ${inst.model}`); }
+    }
+    assert.ok(instances.some((i) => shares.includes(i.model)), `traffic share names a served model: ${shares}`);
+  }
+  layout.push(...await shoot(page, 'overview'));
+
+  await page.getByRole('link', { name: 'Usage & billing' }).click();
+  await page.waitForURL('**/usage');
+  await untilText(page, 'main', /By model|not available/);
+  if (usageMissing !== 'missing') {
+    const byModel = await text(page, '.panel:has(h2:text("By model")) tfoot');
+    assert.match(byModel, new RegExp(`Total\\s*${N}\\b`), `usage total ${byModel}`);
+    assert.match(await text(page, '.panel:has(h2:text("By API key"))'), /e2e key/);
+  }
+  await untilText(page, '.panel:has(h2:text("Plan and billing"))', /Plan|not available|Stripe/);
+  layout.push(...await shoot(page, 'usage'));
+
+  // ---- docs --------------------------------------------------------------
+  await page.getByRole('link', { name: 'Docs' }).click();
+  await page.waitForURL('**/docs');
+  assert.equal(await text(page, '#base-url'), `${base}/v1`);
+  layout.push(...await shoot(page, 'docs'));
+
+  // ---- session: reload keeps it; deep link works -----------------------
+  await page.goto(`${base}/keys`);
+  await untilText(page, '#keys-table', /e2e key/);
+
+  // ---- revoke the key: requests with it fail at once -------------------
+  await page.getByRole('button', { name: 'Revoke key e2e key' }).click();
+  await page.getByRole('dialog').getByRole('button', { name: 'Revoke key' }).click();
+  await untilText(page, '#toast', /revoked/);
+  const after = await fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${secret}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'auto', messages: [{ role: 'user', content: 'hi' }] }),
+  });
+  assert.equal(after.status, 401, 'revoked key is refused');
+
+  // ---- log out; wrong password and taken email errors ------------------
+  await page.getByRole('button', { name: 'Log out' }).click();
+  await page.waitForURL('**/login');
+  await page.getByLabel('Email').fill(EMAIL);
+  await page.getByLabel('Password').fill('not-the-password-1');
+  w.expect('POST', /^\/api\/v1\/login$/, 401);
+  await page.getByRole('button', { name: 'Log in' }).click();
+  assert.match(await fieldError(page, 'password'), /Wrong email or password/);
+  layout.push(...await shoot(page, 'login-error'));
+  await page.getByRole('link', { name: 'Create an account' }).click();
+  await page.getByLabel('Name or organisation').fill('Someone Else');
+  await page.getByLabel('Email').fill(EMAIL);
+  await page.getByLabel('Password').fill(PASSWORD);
+  w.expect('POST', /^\/api\/v1\/signup$/, 409);
+  await page.getByRole('button', { name: 'Create account' }).click();
+  assert.match(await fieldError(page, 'email'), /already exists/);
+  await page.getByRole('link', { name: 'Log in' }).click();
+  await page.getByLabel('Email').fill(EMAIL);
+  await page.getByLabel('Password').fill(PASSWORD);
+  await page.getByRole('button', { name: 'Log in' }).click();
+  await page.waitForURL('**/overview');
+  await page.reload();
+  await page.waitForURL('**/overview');
+  assert.equal(await page.locator('#nav').isVisible(), true, 'still signed in after a reload');
+
+  assert.deepEqual(layout, [], 'layout overflow');
+  assert.deepEqual(w.check(), [], 'console errors, page errors or unexpected HTTP errors');
+});
