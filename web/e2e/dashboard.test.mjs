@@ -95,7 +95,7 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
     ['GET', /^\/api\/v1\/clusters\/[^/]+\/state$/, 'live state'],
     ['GET', /^\/api\/v1\/usage$/, 'usage'],
     ['GET', /^\/api\/v1\/billing$/, 'billing'],
-    ['POST', /^\/api\/v1\/instances\/test$/, 'test connection'],
+    ['POST', /^\/api\/v1\/clusters\/[^/]+\/instances\/test-connection$/, 'test connection'],
   ];
   for (const [m, re] of optional) w.expect(m, re, 404);
 
@@ -132,7 +132,7 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
     await page.getByLabel('Max concurrency').fill('16');
     await page.getByRole('button', { name: 'Test connection' }).click();
     const result = await untilText(page, '.test-result', /Connection works|failed|not available/);
-    if (/not available/.test(result)) t.diagnostic('Test connection: POST /api/v1/instances/test is not on this server');
+    if (/not available/.test(result)) t.diagnostic('Test connection: POST /api/v1/clusters/{id}/instances/test-connection is not on this server');
     else assert.match(result, /Connection works/, `test connection result: ${result}`);
     if (k === 0) layout.push(...await shoot(page, 'cluster-register'));
     await page.locator('form.instance-form button[type="submit"]').click();

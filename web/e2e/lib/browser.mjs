@@ -78,6 +78,7 @@ export async function shoot(page, name) {
   const out = [];
   for (const width of [1440, 375]) {
     await page.setViewportSize({ width, height: width > 1000 ? 900 : 812 });
+    await page.evaluate(() => window.scrollTo(0, 0));
     await page.waitForTimeout(250); // let ResizeObserver redraw charts
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     if (overflow > 1) out.push(`${name} at ${width}px is ${overflow}px wider than the viewport`);

@@ -302,16 +302,15 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
   testBtn.addEventListener('click', async () => {
     const body = values();
     if (!body) { form.querySelector('[aria-invalid="true"]')?.focus(); return; }
-    const req = { base_url: body.base_url, model: body.model };
+    const req = { base_url: body.base_url };
     if (body.api_key) req.api_key = body.api_key;
-    if (editing) { req.cluster_id = decodeURIComponent(cid); req.instance_id = v.id; }
     testBtn.disabled = true;
     replace(result, h('p', { class: 'muted' }, 'Checking /health and /v1/models…'));
     try {
-      const r = await ctx.api.post('/instances/test', req);
-      replace(result, testReport(r, body.model));
+      const r = await ctx.api.post(`/clusters/${cid}/instances/test-connection`, req);
+      replace(result, testReport(r, body.model, editing && v.has_api_key && !body.api_key));
     } catch (e) {
-      if (e.status === 404 && !e.param) replace(result, h('p', { class: 'unavailable' }, 'Test connection is not available on this server (POST /api/v1/instances/test answered 404).'));
+      if (e.notFound && !e.param) replace(result, h('p', { class: 'unavailable' }, `Test connection is not available on this server (POST /api/v1/clusters/{id}/instances/test-connection answered ${e.status}).`));
       else if (e.status === 400) fieldError(e);
       else replace(result, h('p', { class: 'alert alert-error' }, e.message));
     } finally { testBtn.disabled = false; }
@@ -334,19 +333,27 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
   return form;
 }
 
-function testReport(r, model) {
+/**
+ * testReport shows a tenants.ConnectionReport: {ok, base_url, health:
+ * {ok,status,error}, models: {ok,status,error}, model_ids, latency_ms}.
+ * Whether the served model is among model_ids is checked here.
+ */
+function testReport(r, model, storedKeyNotUsed) {
   const line = (label, c) => {
     const ok = c && c.ok;
     return h('li', { class: ok ? 'ok' : 'bad' }, h('strong', {}, label), ' — ',
-      ok ? `OK (HTTP ${c.status}, ${fmtMs(c.latency_ms)})` : `failed${c && c.status ? ` (HTTP ${c.status})` : ''}: ${(c && c.error) || 'no answer'}`);
+      ok ? `OK (HTTP ${c.status})` : `failed${c && c.status ? ` (HTTP ${c.status})` : ''}: ${(c && c.error) || 'no answer'}`);
   };
-  const ids = (r.models && r.models.ids) || [];
-  const found = r.model_found;
-  return h('div', { class: r.ok ? 'alert alert-ok' : 'alert alert-error', role: 'status' },
-    h('p', {}, h('strong', {}, r.ok ? 'Connection works.' : 'Connection test failed.'), r.message ? ` ${r.message}` : ''),
+  const ids = r.model_ids || [];
+  const found = ids.includes(model);
+  const works = r.ok && found;
+  return h('div', { class: works ? 'alert alert-ok' : 'alert alert-error', role: 'status' },
+    h('p', {}, h('strong', {}, works ? 'Connection works.' : r.ok ? 'The server answers, but not with this model.' : 'Connection test failed.'),
+      r.latency_ms !== undefined ? ` ${fmtMs(r.latency_ms)} for both checks.` : ''),
     h('ul', { class: 'checks' },
       line('GET /health', r.health),
       line('GET /v1/models', r.models),
       r.models && r.models.ok ? h('li', { class: found ? 'ok' : 'bad' }, h('strong', {}, 'Model'), ' — ',
-        found ? `“${model}” is served.` : `“${model}” is not in the served list: ${ids.join(', ') || '(empty)'}`) : null));
+        found ? `“${model}” is served.` : `“${model}” is not among the served models: ${ids.join(', ') || '(none)'}`) : null),
+    storedKeyNotUsed ? h('p', { class: 'small' }, 'Tested without the stored upstream key; type it again to test with it.') : null);
 }
