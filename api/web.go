@@ -74,9 +74,12 @@ func newWebAssets(fsys fs.FS) (*webAssets, error) {
 	return w, nil
 }
 
-// mountWeb serves the dashboard at "/" for every GET/HEAD path not taken by
-// an earlier route. It must be mounted last. Unknown paths under /api/ and
-// /v1/ answer 404 in OpenAI's envelope instead of the dashboard.
+// mountWeb serves the dashboard for GET and HEAD requests that no earlier
+// route took. It must be mounted last. It is middleware (app.Use), not a
+// route, so fiber still answers 405 for a known path with the wrong method
+// and 404 for unknown paths of other methods. Paths under /api/ and /v1/
+// are never answered with the dashboard: they fall through to the app's
+// 404 handling.
 func (s *Server) mountWeb(app *fiber.App) {
 	assets, err := newWebAssets(web.Assets())
 	if err != nil {
@@ -85,8 +88,7 @@ func (s *Server) mountWeb(app *fiber.App) {
 		s.log.Error("dashboard assets unusable; the dashboard is not served", "err", err)
 		return
 	}
-	app.Get("/*", assets.serve)
-	app.Head("/*", assets.serve)
+	app.Use(assets.serve)
 }
 
 // setWebHeaders sets the security headers every dashboard response carries.
@@ -103,9 +105,11 @@ func setWebHeaders(c *fiber.Ctx) {
 // serve answers one dashboard request.
 func (w *webAssets) serve(c *fiber.Ctx) error {
 	p := c.Path()
+	if m := c.Method(); m != fiber.MethodGet && m != fiber.MethodHead {
+		return c.Next()
+	}
 	if p == "/api" || p == "/v1" || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/v1/") {
-		return sendError(c, fiber.StatusNotFound, typeNotFound, "not_found", "",
-			"no route "+c.Method()+" "+p)
+		return c.Next()
 	}
 	clean := path.Clean("/" + p)
 	if clean == "/" {

@@ -34,8 +34,6 @@ func TestWebServesDashboard(t *testing.T) {
 		{"icon", "GET", "/favicon.svg", nil, want{200, "image/svg+xml", "<svg", true}},
 		{"missing asset is 404, not the shell", "GET", "/js/nope.js", nil, want{404, "text/plain; charset=utf-8", "not found", true}},
 		{"path traversal stays inside the assets", "GET", "/js/../../web.go", nil, want{404, "text/plain; charset=utf-8", "not found", true}},
-		{"unknown API route is a JSON 404", "GET", "/api/v1/no-such-thing", nil, want{404, "application/json", `"type":"not_found_error"`, false}},
-		{"unknown inference route is a JSON 404", "GET", "/v1/no-such-thing", nil, want{404, "application/json", `"message":"no route GET /v1/no-such-thing"`, false}},
 		{"HEAD answers without a body", "HEAD", "/", nil, want{200, "text/html; charset=utf-8", "", true}},
 	}
 	for _, tc := range tests {
@@ -64,6 +62,32 @@ func TestWebServesDashboard(t *testing.T) {
 				checkSecurityHeaders(t, resp.Header)
 			}
 		})
+	}
+}
+
+// TestWebLeavesAPIPathsAlone checks that API paths and non-GET methods
+// fall through to the app's own 404/405 handling instead of the shell.
+func TestWebLeavesAPIPathsAlone(t *testing.T) {
+	app := New(Config{}, Deps{}).App()
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/api/v1/no-such-thing"},
+		{"GET", "/v1/no-such-thing"},
+		{"GET", "/api"},
+		{"POST", "/no-such-thing"},
+		{"DELETE", "/cluster"},
+	} {
+		resp, err := app.Test(httptest.NewRequest(tc.method, tc.path, nil), -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 404 && resp.StatusCode != 405 {
+			t.Errorf("%s %s: status %d, want 404 or 405", tc.method, tc.path, resp.StatusCode)
+		}
+		if strings.Contains(string(body), "<html") || resp.Header.Get("Content-Security-Policy") != "" {
+			t.Errorf("%s %s answered with the dashboard: %s", tc.method, tc.path, webTruncate(string(body), 120))
+		}
 	}
 }
 
