@@ -14,6 +14,13 @@ export class ApiError extends Error {
     this.code = e.code || '';
     this.type = e.type || '';
   }
+  /** fieldMessage is the message without a leading "param: ", capitalised, for showing under that field. */
+  get fieldMessage() {
+    let m = this.message;
+    const i = m.indexOf(': ');
+    if (this.param && i > 0 && m.slice(0, i).toLowerCase().endsWith(this.param.toLowerCase())) m = m.slice(i + 2);
+    return m.charAt(0).toUpperCase() + m.slice(1);
+  }
   /** notFound is true for 404 and 405 — the endpoint (or object) is not there. */
   get notFound() { return this.status === 404 || this.status === 405 || this.status === 501; }
 }

@@ -81,8 +81,8 @@ function showError(err, fields, formErr, isSignup) {
     const target = fields[param] || (/password/i.test(err.message) ? fields.password
       : /email/i.test(err.message) ? fields.email : /name/i.test(err.message) ? fields.name : null);
     if (target) {
-      const prefix = target === fields.password && isSignup && !/weak|short|least|characters/i.test(err.message) ? 'Too weak: ' : '';
-      target.setError(prefix + err.message);
+      const m = err.fieldMessage;
+      target.setError(target === fields.password && isSignup ? `Too weak: ${m.charAt(0).toLowerCase()}${m.slice(1)}.`.replace(/\.\.$/, '.') : m);
       return;
     }
   }

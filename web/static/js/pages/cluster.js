@@ -152,7 +152,11 @@ export function render(ctx) {
         return;
       }
       if (ctx.signal.aborted) return;
-      replace(stateSlot, stateTable(list(st, 'instances', 'state'), instances));
+      // {cluster_id, live, state: [schedule.InstanceState] | null, instances: [registered]}
+      const rows = st && Array.isArray(st.state) ? st.state : Array.isArray(st) ? st : [];
+      replace(stateSlot, st && st.live === false
+        ? h('p', { class: 'empty', id: 'state-none' }, 'No live state yet: the router builds its view of a cluster when the cluster routes its first request.')
+        : stateTable(rows, instances));
       stateStatus.textContent = `Updated ${new Date().toLocaleTimeString('en-US', { hour12: false })} · every ${STATE_MS / 1000} s`;
     }
 
@@ -296,7 +300,7 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
 
   function fieldError(err) {
     const target = f[(err.param || '').replace(/^instance\./, '')];
-    if (target) { target.setError(err.message); target.control.focus(); } else formErr.textContent = err.message;
+    if (target) { target.setError(err.fieldMessage); target.control.focus(); } else formErr.textContent = err.message;
   }
 
   testBtn.addEventListener('click', async () => {

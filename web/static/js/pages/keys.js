@@ -34,8 +34,8 @@ export function render(ctx) {
       showSecret(k);
       refresh();
     } catch (err) {
-      if (err.param === 'cluster_id') fCluster.setError(err.message);
-      else if (err.param === 'name' || err.status === 409) name.setError(err.message);
+      if (err.param === 'cluster_id') fCluster.setError(err.fieldMessage);
+      else if (err.param === 'name' || err.status === 409) name.setError(err.fieldMessage);
       else formErr.textContent = err.message;
     } finally { btn.disabled = false; }
   });

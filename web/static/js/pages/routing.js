@@ -237,7 +237,7 @@ export function render(ctx) {
         toast(`Policy set to ${body.name}. The next request uses it.`);
       } catch (ex) {
         const target = { 'policy.threshold': fT, 'policy.slack': fS, 'policy.switch_gain': fG, policy: fPol, 'policy.name': fPol }[ex.param];
-        if (target) target.setError(ex.message); else err.textContent = ex.message;
+        if (target) target.setError(ex.fieldMessage); else err.textContent = ex.message;
       } finally { btn.disabled = false; }
     });
     return h('div', { class: 'panel' }, h('div', { class: 'panel-head' }, h('h2', {}, 'Policy'),
@@ -280,7 +280,7 @@ export function render(ctx) {
         toast('SLOs and budget saved.');
       } catch (ex) {
         const target = fields[(ex.param || '').replace(/^slo\./, '')];
-        if (target) target.setError(ex.message); else err.textContent = ex.message;
+        if (target) target.setError(ex.fieldMessage); else err.textContent = ex.message;
       } finally { btn.disabled = false; }
     });
     return h('div', { class: 'panel' }, h('h2', {}, 'SLOs and monthly budget'), form);
