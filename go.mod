@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/coder/hnsw v0.6.1
+	github.com/dmitryikh/leaves v0.0.0-20230708180554-25d19a787328
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/go-cmp v0.7.0
