@@ -1,6 +1,159 @@
 package api
 
-import "github.com/gofiber/fiber/v2"
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/proxy"
+	"github.com/routebalance/routebalance/tenants"
+)
+
+// KeyResolver turns the secret of an API key ("rb_…") into the principal it
+// acts as. The inference handlers call it once per request, concurrently.
+// Unknown, malformed and revoked keys return an error matching
+// tenants.ErrUnauthorized; other errors are failures. The returned
+// Principal is shared and must not be modified. tenants.Service implements
+// it.
+type KeyResolver interface {
+	ResolveKey(ctx context.Context, secret string) (*tenants.Principal, error)
+}
+
+// Router admits a request on one instance of a cluster. Route blocks until
+// the request is admitted or ctx ends; errors: routing.ErrUnknownModel,
+// routing.ErrNoHealthyInstance, routing.ErrNoCapacity, routing.ErrClosed,
+// ctx.Err(). The caller releases the Assignment exactly once.
+// schedule.Router implements it.
+type Router interface {
+	Route(ctx context.Context, c *routing.Cluster, req *routing.Request) (*routing.Assignment, error)
+}
+
+// Meter receives one usage event per request that reached an instance
+// (served, failed or cut short). Record must not block; it prices the
+// event (BilledUSD is left 0 by the caller). billing.Meter implements it.
+type Meter interface {
+	Record(ev billing.UsageEvent)
+}
+
+// QualityObserver learns from a client's quality score of a served
+// request: the prompt, the model that answered and the score in [0,1].
+// It must be safe for concurrent use and must not block for long.
+// estimate.KNN implements it.
+type QualityObserver interface {
+	ObserveQuality(prompt, model string, q float64)
+}
+
+// InferenceConfig holds the OpenAI-compatible API's settings; zero fields
+// take the defaults of DefaultInferenceConfig.
+type InferenceConfig struct {
+	// RetryAfter is the Retry-After sent with 429 when every instance of
+	// the cluster is saturated (default 1s).
+	RetryAfter time.Duration
+	// ClientCheckInterval is how often a request waiting on its upstream
+	// checks whether the client's connection is still open (default
+	// 200ms). fasthttp does not cancel anything when a client leaves, so
+	// the check is what propagates a disconnect upstream.
+	ClientCheckInterval time.Duration
+	// FeedbackWindow is how many recent requests /v1/feedback can score
+	// (default 10000); older ids are forgotten.
+	FeedbackWindow int
+	// FeedbackPromptBytes caps the prompt kept per request for feedback
+	// (default 8 KiB).
+	FeedbackPromptBytes int
+}
+
+// DefaultInferenceConfig returns the default InferenceConfig.
+func DefaultInferenceConfig() InferenceConfig {
+	return InferenceConfig{
+		RetryAfter:          time.Second,
+		ClientCheckInterval: 200 * time.Millisecond,
+		FeedbackWindow:      10000,
+		FeedbackPromptBytes: 8 << 10,
+	}
+}
+
+// Validate reports a negative setting.
+func (c InferenceConfig) Validate() error {
+	if c.RetryAfter < 0 || c.ClientCheckInterval < 0 || c.FeedbackWindow < 0 || c.FeedbackPromptBytes < 0 {
+		return fmt.Errorf("inference config: settings must be >= 0")
+	}
+	return nil
+}
+
+func (c InferenceConfig) withDefaults() InferenceConfig {
+	d := DefaultInferenceConfig()
+	if c.RetryAfter == 0 {
+		c.RetryAfter = d.RetryAfter
+	}
+	if c.ClientCheckInterval == 0 {
+		c.ClientCheckInterval = d.ClientCheckInterval
+	}
+	if c.FeedbackWindow == 0 {
+		c.FeedbackWindow = d.FeedbackWindow
+	}
+	if c.FeedbackPromptBytes == 0 {
+		c.FeedbackPromptBytes = d.FeedbackPromptBytes
+	}
+	return c
+}
+
+// InferenceDeps are the inference API's collaborators. Keys and Router are
+// required for completions (without them the endpoints answer 503); Proxy
+// defaults to a proxy with default settings; Meter and Quality are
+// optional (no metering; /v1/feedback answers 501).
+type InferenceDeps struct {
+	Keys    KeyResolver
+	Router  Router
+	Proxy   *proxy.Proxy
+	Meter   Meter
+	Quality QualityObserver
+	// Clock stamps arrivals and usage events (default the wall clock).
+	Clock routing.Clock
+}
+
+// inference serves /v1.
+type inference struct {
+	cfg    InferenceConfig
+	deps   InferenceDeps
+	log    *slog.Logger
+	clock  routing.Clock
+	proxy  *proxy.Proxy
+	recent *recentRequests
+}
+
+func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *inference {
+	if err := cfg.Validate(); err != nil {
+		log.Error("invalid inference config, using defaults", slog.String("error", err.Error()))
+		cfg = InferenceConfig{}
+	}
+	cfg = cfg.withDefaults()
+	h := &inference{cfg: cfg, deps: deps, log: log, clock: deps.Clock, proxy: deps.Proxy}
+	if h.clock == nil {
+		h.clock = routing.WallClock{}
+	}
+	if h.proxy == nil {
+		p, err := proxy.New(proxy.Config{}, proxy.Deps{Log: log, Clock: h.clock})
+		if err != nil { // the zero Config is valid; this cannot happen
+			panic(err)
+		}
+		h.proxy = p
+	}
+	if deps.Quality != nil {
+		h.recent = newRecentRequests(cfg.FeedbackWindow, cfg.FeedbackPromptBytes)
+	}
+	return h
+}
 
 // mountInference registers the OpenAI-compatible API under /v1.
-func (s *Server) mountInference(r fiber.Router) {}
+func (s *Server) mountInference(r fiber.Router) {
+	h := newInference(s.cfg.Inference, s.deps.Inference, s.log)
+	r.Post("/chat/completions", h.complete(proxy.Chat))
+	r.Post("/completions", h.complete(proxy.Completions))
+	r.Get("/models", h.models)
+	r.Post("/feedback", h.feedback)
+}

@@ -41,6 +41,8 @@ type Config struct {
 	// IdleTimeout bounds keep-alive idleness.
 	ReadTimeout time.Duration
 	IdleTimeout time.Duration
+	// Inference configures the OpenAI-compatible API (api/inference.go).
+	Inference InferenceConfig
 }
 
 // DefaultConfig returns the defaults: 8 MiB bodies, 10 min requests
@@ -76,6 +78,9 @@ type Deps struct {
 	// State backs GET /api/v1/clusters/{id}/state; nil means no scheduler
 	// is wired and the endpoint reports the registered instances only.
 	State ClusterState
+	// Inference holds the OpenAI-compatible API's collaborators
+	// (api/inference.go).
+	Inference InferenceDeps
 }
 
 // New builds the fiber app and its routes.

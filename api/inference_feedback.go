@@ -1,0 +1,113 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/routebalance/routebalance/routing"
+)
+
+// servedRequest is what feedback needs to know about a recent request.
+type servedRequest struct {
+	tenantID string
+	model    string
+	prompt   string
+}
+
+// recentRequests remembers the last n requests that reached an instance,
+// so a later quality score can be tied to the prompt and the model that
+// answered. Memory is bounded by n × promptBytes. Safe for concurrent use.
+type recentRequests struct {
+	mu          sync.Mutex
+	n           int
+	promptBytes int
+	byID        map[string]servedRequest
+	ring        []string
+	next        int
+}
+
+func newRecentRequests(n, promptBytes int) *recentRequests {
+	return &recentRequests{n: n, promptBytes: promptBytes, byID: make(map[string]servedRequest, n), ring: make([]string, n)}
+}
+
+func (r *recentRequests) add(id string, s servedRequest) {
+	if len(s.prompt) > r.promptBytes {
+		cut := r.promptBytes
+		for cut > 0 && !utf8.RuneStart(s.prompt[cut]) {
+			cut--
+		}
+		s.prompt = s.prompt[:cut]
+	}
+	s.prompt = strings.Clone(s.prompt)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old := r.ring[r.next]; old != "" {
+		delete(r.byID, old)
+	}
+	r.ring[r.next] = id
+	r.next = (r.next + 1) % r.n
+	r.byID[id] = s
+}
+
+func (r *recentRequests) get(id string) (servedRequest, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.byID[id]
+	return s, ok
+}
+
+// remember keeps a request for feedback when a QualityObserver is wired.
+func (h *inference) remember(x *exchange, a *routing.Assignment) {
+	if h.recent == nil || x.body.prompt == "" {
+		return
+	}
+	h.recent.add(x.id, servedRequest{tenantID: x.p.Tenant.ID, model: a.Instance.Model, prompt: x.body.prompt})
+}
+
+// feedback serves POST /v1/feedback {"request_id": "...", "score": 0..1}:
+// a client's quality score for a request it made recently (the last
+// InferenceConfig.FeedbackWindow requests of the server). The score is
+// handed to the QualityObserver with the request's prompt and the model
+// that answered. Without an observer the server answers 501; a request id
+// that is unknown, too old or another tenant's is 404.
+func (h *inference) feedback(c *fiber.Ctx) error {
+	p, err := h.authenticate(c.UserContext(), c)
+	if p == nil {
+		return err
+	}
+	if h.deps.Quality == nil {
+		return sendError(c, http.StatusNotImplemented, typeInvalidRequest, "feedback_disabled", "",
+			"quality feedback is not enabled on this server")
+	}
+	var in struct {
+		RequestID *string  `json:"request_id"`
+		Score     *float64 `json:"score"`
+	}
+	if err := json.Unmarshal(c.BodyRaw(), &in); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return sendError(c, http.StatusBadRequest, typeInvalidRequest, "", te.Field, te.Field+" has the wrong type")
+		}
+		return sendError(c, http.StatusBadRequest, typeInvalidRequest, "", "", "could not parse the JSON body: "+jsonErrText(err))
+	}
+	if in.RequestID == nil || *in.RequestID == "" {
+		return sendError(c, http.StatusBadRequest, typeInvalidRequest, "", "request_id", "you must provide a request_id (the X-Request-Id of the response)")
+	}
+	if in.Score == nil || math.IsNaN(*in.Score) || *in.Score < 0 || *in.Score > 1 {
+		return sendError(c, http.StatusBadRequest, typeInvalidRequest, "", "score", "score must be a number in [0, 1]")
+	}
+	s, ok := h.recent.get(*in.RequestID)
+	if !ok || s.tenantID != p.Tenant.ID {
+		return sendError(c, http.StatusNotFound, typeInvalidRequest, "request_not_found", "request_id",
+			"no recent request with this id (feedback is accepted for recent requests of your tenant only)")
+	}
+	h.deps.Quality.ObserveQuality(s.prompt, s.model, *in.Score)
+	return c.JSON(fiber.Map{"object": "feedback", "request_id": *in.RequestID, "model": s.model, "score": *in.Score})
+}

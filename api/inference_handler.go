@@ -1,0 +1,470 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/proxy"
+	"github.com/routebalance/routebalance/tenants"
+)
+
+// Response headers that explain a routing decision.
+const (
+	hdrRequestID         = "X-Request-Id"
+	hdrInstance          = "X-RouteBalance-Instance"
+	hdrModel             = "X-RouteBalance-Model"
+	hdrPolicyOut         = "X-RouteBalance-Policy"
+	hdrDecisionUs        = "X-RouteBalance-Decision-Us"
+	hdrBatchSize         = "X-RouteBalance-Batch-Size"
+	hdrPredictedQuality  = "X-RouteBalance-Predicted-Quality"
+	hdrPredictedE2EMs    = "X-RouteBalance-Predicted-E2E-Ms"
+	hdrPredictedCostUSD  = "X-RouteBalance-Predicted-Cost-Usd"
+	hdrRelaxed           = "X-RouteBalance-Relaxed"
+	hdrQueueWaitMs       = "X-RouteBalance-Queue-Wait-Ms"
+	hdrFailedOver        = "X-RouteBalance-Failed-Over"
+	statusClientClosed   = 499 // nginx's "client closed request"; never seen by the client
+	errCodeModelNotFound = "model_not_found"
+)
+
+// errAbandoned is the outcome of an assignment released by the deferred
+// safety net: the handler ended (panic or a path that forgot) while still
+// holding it.
+var errAbandoned = errors.New("request abandoned while holding its instance")
+
+// requestID returns the id of the request: the X-Request-Id a middleware
+// already set on the response, else a new random one (set on the
+// response). A client's own X-Request-Id is not trusted: the id keys
+// metering and feedback and must be unique.
+func requestID(c *fiber.Ctx) string {
+	if id := c.GetRespHeader(hdrRequestID); id != "" {
+		return id
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	id := "req_" + hex.EncodeToString(b[:])
+	c.Set(hdrRequestID, id)
+	return id
+}
+
+// bearer extracts the API key from "Authorization: Bearer rb_…".
+func bearer(c *fiber.Ctx) (string, bool) {
+	h := strings.TrimSpace(c.Get(fiber.HeaderAuthorization))
+	scheme, secret, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	secret = strings.TrimSpace(secret)
+	return secret, secret != ""
+}
+
+// authenticate resolves the request's API key or writes the 401/500 and
+// returns nil.
+func (h *inference) authenticate(ctx context.Context, c *fiber.Ctx) (*tenants.Principal, error) {
+	if h.deps.Keys == nil {
+		return nil, sendError(c, http.StatusServiceUnavailable, typeUnavailable, "not_configured", "", "the inference API is not configured on this server")
+	}
+	secret, ok := bearer(c)
+	if !ok {
+		return nil, sendError(c, http.StatusUnauthorized, typeAuthentication, "missing_api_key", "",
+			"you didn't provide an API key; send it as 'Authorization: Bearer rb_…'")
+	}
+	p, err := h.deps.Keys.ResolveKey(ctx, secret)
+	if errors.Is(err, tenants.ErrUnauthorized) {
+		return nil, sendError(c, http.StatusUnauthorized, typeAuthentication, "invalid_api_key", "", "invalid or revoked API key")
+	}
+	if err != nil {
+		h.log.Error("resolve API key", slog.String("error", err.Error()))
+		return nil, sendError(c, http.StatusInternalServerError, typeServer, "", "", "could not check the API key; try again")
+	}
+	return p, nil
+}
+
+// sendParamError answers a *paramError with 400.
+func sendParamError(c *fiber.Ctx, err error) error {
+	var pe *paramError
+	if errors.As(err, &pe) {
+		return sendError(c, http.StatusBadRequest, typeInvalidRequest, "", pe.param, pe.msg)
+	}
+	return sendError(c, http.StatusBadRequest, typeInvalidRequest, "", "", err.Error())
+}
+
+// clusterOf converts a principal's cluster to the scheduler's value.
+func clusterOf(p *tenants.Principal) (*routing.Cluster, bool) {
+	if p.Cluster == nil {
+		return nil, false
+	}
+	c := &routing.Cluster{
+		ID: p.Cluster.ID, TenantID: p.Tenant.ID, Version: p.Version, Policy: p.Cluster.Policy,
+		Instances: make([]routing.Instance, len(p.Instances)),
+	}
+	for i, in := range p.Instances {
+		q := in.QualityPrior
+		if q == 0 {
+			q = 0.5
+		}
+		c.Instances[i] = routing.Instance{
+			ID: in.ID, BaseURL: in.BaseURL, Model: in.Model, GPU: in.GPU, TensorParallel: in.TensorParallel,
+			PriceInPerMTok: in.PriceInPerMTok, PriceOutPerMTok: in.PriceOutPerMTok,
+			MaxConcurrency: in.MaxConcurrency, QualityPrior: q, APIKey: in.APIKey, Disabled: in.Disabled,
+		}
+	}
+	return c, true
+}
+
+// servedModels lists the distinct models of a cluster's enabled instances.
+func servedModels(c *routing.Cluster) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, in := range c.Instances {
+		if in.Disabled || seen[in.Model] {
+			continue
+		}
+		seen[in.Model] = true
+		out = append(out, in.Model)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// exchange is one request's journey; it owns the Assignment until it is
+// released and records one usage event at the end.
+type exchange struct {
+	h        *inference
+	id       string
+	p        *tenants.Principal
+	cluster  *routing.Cluster
+	body     *completionBody
+	arrival  time.Time
+	held     *routing.Assignment
+	recorded bool
+}
+
+// release frees the held assignment (if any) with o.
+func (x *exchange) release(o routing.Outcome) {
+	if x.held != nil {
+		x.held.Release(o)
+		x.held = nil
+	}
+}
+
+// record sends the usage event once. a is the assignment the request ended
+// on (nil when none was granted: nothing is recorded then).
+func (x *exchange) record(a *routing.Assignment, res *proxy.Result, status string, httpStatus int) {
+	if x.recorded || a == nil || x.h.deps.Meter == nil {
+		return
+	}
+	x.recorded = true
+	now := x.h.clock.Now()
+	ev := billing.UsageEvent{
+		RequestID: x.id, TenantID: x.p.Tenant.ID, KeyID: x.p.Key.ID, ClusterID: x.cluster.ID,
+		InstanceID: a.Instance.ID, Model: a.Instance.Model, Policy: a.Policy,
+		PredictedQuality: a.PredictedQuality, Status: status, HTTPStatus: httpStatus,
+		StartedAt: x.arrival, FinishedAt: now, E2E: now.Sub(x.arrival),
+	}
+	if res != nil {
+		ev.PromptTokens, ev.OutputTokens = res.Outcome.PromptTokens, res.Outcome.OutputTokens
+		ev.CostUSD = a.Instance.CostUSD(float64(ev.PromptTokens), float64(ev.OutputTokens))
+		if res.Outcome.TTFT > 0 {
+			// the client's TTFT: its E2E less the instance's decode time
+			ev.TTFT = ev.E2E - (res.Outcome.E2E - res.Outcome.TTFT)
+		}
+	}
+	x.h.deps.Meter.Record(ev)
+}
+
+// complete serves POST /v1/chat/completions and /v1/completions.
+func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		x := &exchange{h: h, arrival: h.clock.Now(), id: requestID(c)}
+		// The exchange's context is detached from the fiber request: a
+		// stream outlives the handler. Client departure is noticed by the
+		// connection watcher below, which cancels it.
+		ctx, cancel := context.WithCancel(context.WithoutCancel(c.UserContext()))
+		handedOff := false
+		defer func() {
+			if !handedOff {
+				cancel()
+			}
+		}()
+		defer func() { x.release(routing.Outcome{Err: errAbandoned}) }()
+
+		p, err := h.authenticate(ctx, c)
+		if p == nil {
+			return err
+		}
+		x.p = p
+		if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
+			return sendError(c, http.StatusUnsupportedMediaType, typeInvalidRequest, "", "", "compressed request bodies are not accepted")
+		}
+		body, err := parseCompletion(c.BodyRaw(), ep)
+		if err != nil {
+			return sendParamError(c, err)
+		}
+		x.body = body
+		if err := body.rb.parseHeaders(func(k string) string { return c.Get(k) }); err != nil {
+			return sendParamError(c, err)
+		}
+		// Body options win over headers: parsed on top of them.
+		if raw, ok := present(body.fields, "routebalance"); ok {
+			if err := body.rb.parseBody(raw); err != nil {
+				return sendParamError(c, err)
+			}
+		}
+		weights, err := resolveWeights(&body.rb, p)
+		if err != nil {
+			return sendParamError(c, err)
+		}
+		cl, ok := clusterOf(p)
+		if !ok {
+			return sendError(c, http.StatusBadRequest, typeInvalidRequest, "no_cluster", "",
+				"this API key's tenant has no cluster; register one with POST /api/v1/clusters")
+		}
+		x.cluster = cl
+		if h.deps.Router == nil {
+			return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "not_configured", "", "no router is configured on this server")
+		}
+		slo := resolveSLO(&body.rb, p)
+		req := &routing.Request{
+			ID: x.id, Prompt: body.prompt, PromptTokens: body.promptTokens, MaxTokens: body.maxTokens,
+			Model: body.model, Weights: weights, SLO: slo, BudgetUSD: body.rb.budgetUSD,
+			Workflow: body.rb.workflow, Policy: body.rb.policy, Arrival: x.arrival, Priority: routing.PriorityNormal,
+		}
+		if body.rb.priority != nil {
+			req.Priority = *body.rb.priority
+		}
+		budget := req.BudgetUSD
+		if slo.MaxCostUSD > 0 && (budget == 0 || slo.MaxCostUSD < budget) {
+			budget = slo.MaxCostUSD
+		}
+
+		stopWatch := watchClient(c.Context().Conn(), h.cfg.ClientCheckInterval, cancel)
+		defer func() {
+			if !handedOff {
+				stopWatch()
+			}
+		}()
+
+		var (
+			a        *routing.Assignment
+			resp     *proxy.Response
+			firstErr error
+		)
+		for attempt := 0; ; attempt++ {
+			a, err = h.deps.Router.Route(ctx, cl, req)
+			if err != nil {
+				if firstErr != nil { // the fail-over found no other instance
+					return h.sendUnreachable(c, x, firstErr)
+				}
+				return h.sendRouteError(ctx, c, x, err)
+			}
+			x.held = a
+			setDecisionHeaders(c, a)
+			call := &proxy.Call{
+				Endpoint: ep, Body: body.fields, Stream: body.stream, IncludeUsage: body.includeUsage,
+				MaxTokens: a.MaxTokens, BudgetUSD: budget, PromptTokens: body.promptTokens, RequestID: x.id,
+			}
+			resp, err = h.proxy.Open(ctx, &a.Instance, call)
+			if err == nil {
+				break
+			}
+			var se *proxy.StatusError
+			switch {
+			case errors.Is(err, proxy.ErrUnreachable):
+				x.release(routing.Outcome{Err: err, Upstream: true})
+				if attempt == 0 {
+					firstErr = err
+					req.Exclude = append(req.Exclude, a.Instance.ID)
+					c.Set(hdrFailedOver, a.Instance.ID)
+					continue
+				}
+				x.record(a, nil, proxy.ResultError, http.StatusBadGateway)
+				return h.sendUnreachable(c, x, err)
+			case errors.As(err, &se):
+				x.release(routing.Outcome{Err: err, Upstream: se.InstanceFault()})
+				status := h.sendUpstreamStatus(c, se)
+				x.record(a, nil, proxy.ResultError, status)
+				return nil
+			default: // the client went away (or the server is stopping)
+				x.release(routing.Outcome{Err: err})
+				x.record(a, nil, proxy.ResultCancelled, statusClientClosed)
+				return sendError(c, statusClientClosed, typeInvalidRequest, "client_closed", "", "the client closed the request")
+			}
+		}
+
+		if !body.stream {
+			var buf bodyBuffer
+			res := resp.Relay(ctx, &buf, a)
+			x.release(res.Outcome)
+			h.remember(x, a)
+			switch res.Status {
+			case proxy.ResultOK:
+				x.record(a, &res, res.Status, http.StatusOK)
+				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+				return c.Status(resp.Status).Send(buf.b)
+			case proxy.ResultCancelled:
+				x.record(a, &res, res.Status, statusClientClosed)
+				return sendError(c, statusClientClosed, typeInvalidRequest, "client_closed", "", "the client closed the request")
+			default:
+				x.record(a, &res, res.Status, http.StatusBadGateway)
+				return sendError(c, http.StatusBadGateway, typeUpstream, "upstream_error", "",
+					fmt.Sprintf("instance %s failed while answering: %v", a.Instance.ID, res.Outcome.Err))
+			}
+		}
+
+		// Streaming: headers go out when the handler returns; the body is
+		// written by fasthttp's stream-writer goroutine, which from here on
+		// owns the assignment, the context and the connection watcher.
+		c.Status(http.StatusOK)
+		c.Set(fiber.HeaderContentType, "text/event-stream")
+		c.Set(fiber.HeaderCacheControl, "no-cache")
+		c.Set("X-Accel-Buffering", "no")
+		handedOff = true
+		x.held = nil
+		h.remember(x, a)
+		log := h.log
+		c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+			res := proxy.Result{Status: proxy.ResultError}
+			defer func() {
+				if r := recover(); r != nil {
+					log.Error("panic while relaying a stream", slog.String("request_id", x.id), slog.Any("panic", r))
+					res.Outcome.Err = fmt.Errorf("panic while relaying: %v", r)
+					res.Status = proxy.ResultError
+					resp.Close()
+				}
+				stopWatch()
+				cancel()
+				a.Release(res.Outcome)
+				status := http.StatusOK
+				if res.Status == proxy.ResultCancelled {
+					status = statusClientClosed
+				}
+				x.record(a, &res, res.Status, status)
+			}()
+			res = resp.Relay(ctx, w, a)
+		})
+		return nil
+	}
+}
+
+// bodyBuffer collects a non-streamed body.
+type bodyBuffer struct{ b []byte }
+
+func (b *bodyBuffer) Write(p []byte) (int, error) { b.b = append(b.b, p...); return len(p), nil }
+func (b *bodyBuffer) Flush() error                { return nil }
+
+// setDecisionHeaders explains the routing decision on the response.
+func setDecisionHeaders(c *fiber.Ctx, a *routing.Assignment) {
+	c.Set(hdrInstance, a.Instance.ID)
+	c.Set(hdrModel, a.Instance.Model)
+	if a.Policy != "" {
+		c.Set(hdrPolicyOut, a.Policy)
+	}
+	c.Set(hdrDecisionUs, strconv.FormatInt(a.DecisionTime.Microseconds(), 10))
+	c.Set(hdrBatchSize, strconv.Itoa(a.BatchSize))
+	c.Set(hdrPredictedQuality, strconv.FormatFloat(a.PredictedQuality, 'f', 4, 64))
+	c.Set(hdrPredictedE2EMs, strconv.FormatFloat(float64(a.PredictedE2E)/float64(time.Millisecond), 'f', 1, 64))
+	c.Set(hdrPredictedCostUSD, strconv.FormatFloat(a.PredictedCostUSD, 'g', 6, 64))
+	c.Set(hdrQueueWaitMs, strconv.FormatFloat(float64(a.QueueWait)/float64(time.Millisecond), 'f', 1, 64))
+	if len(a.Relaxed) > 0 {
+		c.Set(hdrRelaxed, strings.Join(a.Relaxed, ","))
+	} else {
+		c.Context().Response.Header.Del(hdrRelaxed)
+	}
+}
+
+// sendRouteError maps the router's errors to HTTP.
+func (h *inference) sendRouteError(ctx context.Context, c *fiber.Ctx, x *exchange, err error) error {
+	switch {
+	case errors.Is(err, routing.ErrUnknownModel):
+		models := append(servedModels(x.cluster), "auto")
+		return sendError(c, http.StatusNotFound, typeInvalidRequest, errCodeModelNotFound, "model",
+			fmt.Sprintf("The model `%s` does not exist in this cluster; available: %s", x.body.model, strings.Join(models, ", ")))
+	case errors.Is(err, routing.ErrNoHealthyInstance):
+		return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "no_healthy_instance", "",
+			"no healthy instance can serve this request right now")
+	case errors.Is(err, routing.ErrNoCapacity):
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(int((h.cfg.RetryAfter+time.Second-1)/time.Second)))
+		return sendError(c, http.StatusTooManyRequests, typeRateLimit, "no_capacity", "",
+			"every instance that can serve this request is at capacity; retry later")
+	case errors.Is(err, routing.ErrClosed):
+		return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "shutting_down", "", "the server is shutting down")
+	case ctx.Err() != nil:
+		return sendError(c, statusClientClosed, typeInvalidRequest, "client_closed", "", "the client closed the request")
+	}
+	h.log.Error("route", slog.String("request_id", x.id), slog.String("error", err.Error()))
+	return sendError(c, http.StatusInternalServerError, typeServer, "", "", "routing failed")
+}
+
+func (h *inference) sendUnreachable(c *fiber.Ctx, x *exchange, err error) error {
+	return sendError(c, http.StatusBadGateway, typeUpstream, "upstream_unreachable", "",
+		"no instance could be reached: "+err.Error())
+}
+
+// sendUpstreamStatus relays an upstream error answer and returns the
+// status sent: client errors (4xx) keep their status and message so the
+// caller can fix the request; server errors become 502 with the upstream's
+// message. An upstream 401/403 is RouteBalance's credential problem, not
+// the client's, so it is a 502 too.
+func (h *inference) sendUpstreamStatus(c *fiber.Ctx, se *proxy.StatusError) int {
+	code := se.Code
+	if _, err := strconv.Atoi(code); err == nil {
+		code = "" // vLLM puts the numeric status there
+	}
+	switch {
+	case se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden:
+		_ = sendError(c, http.StatusBadGateway, typeUpstream, "upstream_auth", "",
+			fmt.Sprintf("instance %s rejected the registered upstream API key (%d): %s", se.InstanceID, se.Status, se.Message))
+		return http.StatusBadGateway
+	case se.Status == http.StatusTooManyRequests:
+		_ = sendError(c, http.StatusTooManyRequests, typeRateLimit, code, se.Param, se.Message)
+		return se.Status
+	case se.Status >= 400 && se.Status < 500:
+		if code == "" && se.Status == http.StatusNotFound {
+			code = errCodeModelNotFound
+		}
+		_ = sendError(c, se.Status, typeInvalidRequest, code, se.Param, se.Message)
+		return se.Status
+	}
+	_ = sendError(c, http.StatusBadGateway, typeUpstream, "upstream_error", "",
+		fmt.Sprintf("instance %s answered %d: %s", se.InstanceID, se.Status, se.Message))
+	return http.StatusBadGateway
+}
+
+// models serves GET /v1/models: the cluster's served models plus "auto".
+func (h *inference) models(c *fiber.Ctx) error {
+	p, err := h.authenticate(c.UserContext(), c)
+	if p == nil {
+		return err
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	created := int64(0)
+	if p.Cluster != nil {
+		created = p.Cluster.CreatedAt.Unix()
+	}
+	data := []model{{ID: "auto", Object: "model", Created: created, OwnedBy: "routebalance"}}
+	if cl, ok := clusterOf(p); ok {
+		for _, m := range servedModels(cl) {
+			data = append(data, model{ID: m, Object: "model", Created: created, OwnedBy: "routebalance"})
+		}
+	}
+	return c.JSON(fiber.Map{"object": "list", "data": data})
+}

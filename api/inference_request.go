@@ -1,0 +1,572 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/proxy"
+	"github.com/routebalance/routebalance/tenants"
+)
+
+// paramError is a 400 about one input (a body field or a header).
+type paramError struct {
+	param string
+	msg   string
+}
+
+func (e *paramError) Error() string { return e.param + ": " + e.msg }
+
+func badParam(param, format string, a ...any) *paramError {
+	return &paramError{param: param, msg: fmt.Sprintf(format, a...)}
+}
+
+// completionBody is what the handlers read from a chat or text completion
+// request; every other field is passed through to the instance untouched.
+type completionBody struct {
+	fields       map[string]json.RawMessage
+	model        string
+	stream       bool
+	includeUsage bool
+	maxTokens    int
+	prompt       string // text for the estimators
+	promptTokens int    // estimated input tokens
+	rb           overrides // filled by the handler: headers, then the body's "routebalance"
+}
+
+// parseCompletion validates the JSON body of a chat (chat=true) or text
+// completion request.
+func parseCompletion(raw []byte, ep proxy.Endpoint) (*completionBody, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, badParam("", "the request body is empty; send a JSON object")
+	}
+	if raw[0] != '{' {
+		return nil, badParam("", "the request body must be a JSON object")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, &paramError{param: "", msg: "could not parse the JSON body: " + jsonErrText(err)}
+	}
+	b := &completionBody{fields: fields}
+	var err error
+	if b.model, err = reqString(fields, "model"); err != nil {
+		return nil, err
+	}
+	if b.stream, err = optBool(fields, "stream"); err != nil {
+		return nil, err
+	}
+	if raw, ok := present(fields, "stream_options"); ok {
+		var opts map[string]json.RawMessage
+		if json.Unmarshal(raw, &opts) != nil {
+			return nil, badParam("stream_options", "must be an object")
+		}
+		if b.includeUsage, err = optBool(opts, "include_usage"); err != nil {
+			return nil, badParam("stream_options.include_usage", "must be a boolean")
+		}
+	}
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if k == "max_completion_tokens" && ep != proxy.Chat {
+			continue
+		}
+		n, ok, err := optPositiveInt(fields, k)
+		if err != nil {
+			return nil, err
+		}
+		if ok && (b.maxTokens == 0 || n < b.maxTokens) {
+			b.maxTokens = n
+		}
+	}
+	if ep == proxy.Chat {
+		err = b.parseMessages()
+	} else {
+		err = b.parsePrompt()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// jsonErrText says where JSON went wrong without echoing the body.
+func jsonErrText(err error) string {
+	if se, ok := err.(*json.SyntaxError); ok {
+		return fmt.Sprintf("%s (at byte %d)", se.Error(), se.Offset)
+	}
+	return err.Error()
+}
+
+// present returns a field unless it is missing or null.
+func present(f map[string]json.RawMessage, k string) (json.RawMessage, bool) {
+	raw, ok := f[k]
+	if !ok || string(raw) == "null" {
+		return nil, false
+	}
+	return raw, true
+}
+
+func reqString(f map[string]json.RawMessage, k string) (string, error) {
+	raw, ok := present(f, k)
+	if !ok {
+		return "", badParam(k, "you must provide a %s parameter", k)
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", badParam(k, "must be a string")
+	}
+	if s == "" {
+		return "", badParam(k, "must not be empty")
+	}
+	return s, nil
+}
+
+func optBool(f map[string]json.RawMessage, k string) (bool, error) {
+	raw, ok := present(f, k)
+	if !ok {
+		return false, nil
+	}
+	var v bool
+	if json.Unmarshal(raw, &v) != nil {
+		return false, badParam(k, "must be a boolean")
+	}
+	return v, nil
+}
+
+func optPositiveInt(f map[string]json.RawMessage, k string) (int, bool, error) {
+	raw, ok := present(f, k)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 32)
+	if err != nil || n < 1 {
+		return 0, false, badParam(k, "must be an integer >= 1")
+	}
+	return int(n), true, nil
+}
+
+func (b *completionBody) parseMessages() error {
+	raw, ok := present(b.fields, "messages")
+	if !ok {
+		return badParam("messages", "you must provide a messages parameter")
+	}
+	var msgs []json.RawMessage
+	if json.Unmarshal(raw, &msgs) != nil {
+		return badParam("messages", "must be an array of message objects")
+	}
+	if len(msgs) == 0 {
+		return badParam("messages", "must contain at least one message")
+	}
+	var text strings.Builder
+	for i, m := range msgs {
+		param := fmt.Sprintf("messages[%d]", i)
+		var msg map[string]json.RawMessage
+		if json.Unmarshal(m, &msg) != nil || msg == nil {
+			return badParam(param, "must be an object")
+		}
+		if _, err := reqString(msg, "role"); err != nil {
+			return badParam(param+".role", "must be a non-empty string")
+		}
+		content, ok := present(msg, "content")
+		if !ok {
+			continue // assistant tool calls carry no content
+		}
+		var s string
+		if json.Unmarshal(content, &s) == nil {
+			appendPrompt(&text, s)
+			continue
+		}
+		var parts []map[string]json.RawMessage
+		if json.Unmarshal(content, &parts) != nil {
+			return badParam(param+".content", "must be a string or an array of content parts")
+		}
+		for j, p := range parts {
+			typ, err := reqString(p, "type")
+			if err != nil {
+				return badParam(fmt.Sprintf("%s.content[%d].type", param, j), "must be a non-empty string")
+			}
+			if typ != "text" {
+				continue // images and audio do not feed the text estimators
+			}
+			t, err := reqString(p, "text")
+			if err != nil {
+				return badParam(fmt.Sprintf("%s.content[%d].text", param, j), "must be a string")
+			}
+			appendPrompt(&text, t)
+		}
+	}
+	b.prompt = text.String()
+	// ChatML-style framing costs about 4 tokens per message plus 3 to
+	// prime the reply.
+	b.promptTokens = estimateTokens(b.prompt) + 4*len(msgs) + 3
+	return nil
+}
+
+func appendPrompt(sb *strings.Builder, s string) {
+	if s == "" {
+		return
+	}
+	if sb.Len() > 0 {
+		sb.WriteByte('\n')
+	}
+	sb.WriteString(s)
+}
+
+func (b *completionBody) parsePrompt() error {
+	raw, ok := present(b.fields, "prompt")
+	if !ok {
+		return badParam("prompt", "you must provide a prompt parameter")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		b.prompt, b.promptTokens = s, estimateTokens(s)
+		return nil
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil && len(ss) > 0 {
+		var text strings.Builder
+		for _, p := range ss {
+			appendPrompt(&text, p)
+			b.promptTokens += estimateTokens(p)
+		}
+		b.prompt = text.String()
+		return nil
+	}
+	// Token-id prompts: counted exactly, no text for the estimators.
+	var ids []uint32
+	if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
+		b.promptTokens = len(ids)
+		return nil
+	}
+	var batches [][]uint32
+	if json.Unmarshal(raw, &batches) == nil && len(batches) > 0 {
+		for _, ids := range batches {
+			b.promptTokens += len(ids)
+		}
+		return nil
+	}
+	return badParam("prompt", "must be a string, an array of strings, or an array of token ids")
+}
+
+// estimateTokens guesses a text's token count without a tokenizer: a
+// character of a CJK or other ideographic/syllabic script is about one
+// token, other text about four characters per token (the usual figure for
+// English with BPE vocabularies). It is used to price the prompt before
+// the instance reports the exact count.
+func estimateTokens(s string) int {
+	if s == "" {
+		return 0
+	}
+	wide, other := 0, 0
+	for _, r := range s {
+		if r >= 0x2E80 && (unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) ||
+			unicode.Is(unicode.Katakana, r) || unicode.Is(unicode.Hangul, r)) {
+			wide++
+		} else {
+			other++
+		}
+	}
+	return wide + (other+3)/4
+}
+
+// overrides are a request's own routing options, from X-RouteBalance-*
+// headers and the body's "routebalance" object (the body wins when both
+// set the same option).
+type overrides struct {
+	preset     string
+	weights    *routing.Weights
+	priority   *routing.Priority
+	workflow   string
+	budgetUSD  float64
+	ttft, tpot time.Duration
+	policy     string
+}
+
+// knownPolicies are the policies a request may ask for; "oracle" reads
+// true labels and exists only in simulation.
+var knownPolicies = map[string]bool{
+	"routebalance": true, "round-robin": true, "shortest-queue": true,
+	"quality-only": true, "threshold": true, "chimera": true,
+}
+
+// rbBody is the JSON form of the "routebalance" body object.
+type rbBody struct {
+	Preset    *string         `json:"preset"`
+	Weights   json.RawMessage `json:"weights"`
+	Priority  *string         `json:"priority"`
+	Workflow  *string         `json:"workflow"`
+	BudgetUSD *float64        `json:"budget_usd"`
+	TTFTMs    *float64        `json:"ttft_slo_ms"`
+	TPOTMs    *float64        `json:"tpot_slo_ms"`
+	Policy    *string         `json:"policy"`
+}
+
+func (o *overrides) parseBody(raw json.RawMessage) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var rb rbBody
+	if err := dec.Decode(&rb); err != nil {
+		return badParam("routebalance", "must be an object with preset, weights, priority, workflow, budget_usd, ttft_slo_ms, tpot_slo_ms, policy: %s", jsonErrText(err))
+	}
+	if rb.Preset != nil {
+		if err := o.setPreset("routebalance.preset", *rb.Preset); err != nil {
+			return err
+		}
+	}
+	if len(rb.Weights) > 0 && string(rb.Weights) != "null" {
+		var w routing.Weights
+		var s string
+		switch {
+		case json.Unmarshal(rb.Weights, &s) == nil:
+			var err error
+			if w, err = routing.ParseWeights(s); err != nil {
+				return badParam("routebalance.weights", "%s", fieldMsg(err))
+			}
+		default:
+			d := json.NewDecoder(bytes.NewReader(rb.Weights))
+			d.DisallowUnknownFields()
+			if err := d.Decode(&w); err != nil {
+				return badParam("routebalance.weights", "must be {\"quality\":q,\"cost\":c,\"latency\":l} or \"quality=q,cost=c,latency=l\"")
+			}
+			if err := w.Validate(); err != nil {
+				return badParam("routebalance.weights", "%s", fieldMsg(err))
+			}
+		}
+		o.weights = &w
+	}
+	if rb.Priority != nil {
+		if err := o.setPriority("routebalance.priority", *rb.Priority); err != nil {
+			return err
+		}
+	}
+	if rb.Workflow != nil {
+		if err := o.setWorkflow("routebalance.workflow", *rb.Workflow); err != nil {
+			return err
+		}
+	}
+	if rb.BudgetUSD != nil {
+		if err := o.setBudget("routebalance.budget_usd", *rb.BudgetUSD); err != nil {
+			return err
+		}
+	}
+	if rb.TTFTMs != nil {
+		if err := setMs(&o.ttft, "routebalance.ttft_slo_ms", *rb.TTFTMs); err != nil {
+			return err
+		}
+	}
+	if rb.TPOTMs != nil {
+		if err := setMs(&o.tpot, "routebalance.tpot_slo_ms", *rb.TPOTMs); err != nil {
+			return err
+		}
+	}
+	if rb.Policy != nil {
+		if err := o.setPolicy("routebalance.policy", *rb.Policy); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Request headers that override routing per request.
+const (
+	hdrPreset   = "X-RouteBalance-Preset"
+	hdrWeights  = "X-RouteBalance-Weights"
+	hdrPriority = "X-RouteBalance-Priority"
+	hdrWorkflow = "X-RouteBalance-Workflow"
+	hdrBudget   = "X-RouteBalance-Budget-USD"
+	hdrTTFT     = "X-RouteBalance-TTFT-SLO-Ms"
+	hdrTPOT     = "X-RouteBalance-TPOT-SLO-Ms"
+	hdrPolicy   = "X-RouteBalance-Policy"
+)
+
+// parseHeaders reads the X-RouteBalance-* request headers into o; get
+// returns a header's value ("" when absent). Body values parsed later
+// overwrite them.
+func (o *overrides) parseHeaders(get func(string) string) error {
+	if v := strings.TrimSpace(get(hdrPreset)); v != "" {
+		if err := o.setPreset(hdrPreset, v); err != nil {
+			return err
+		}
+	}
+	if v := strings.TrimSpace(get(hdrWeights)); v != "" {
+		w, err := routing.ParseWeights(v)
+		if err != nil {
+			return badParam(hdrWeights, "%s", fieldMsg(err))
+		}
+		o.weights = &w
+	}
+	if v := strings.TrimSpace(get(hdrPriority)); v != "" {
+		if err := o.setPriority(hdrPriority, v); err != nil {
+			return err
+		}
+	}
+	if v := strings.TrimSpace(get(hdrWorkflow)); v != "" {
+		if err := o.setWorkflow(hdrWorkflow, v); err != nil {
+			return err
+		}
+	}
+	if v := strings.TrimSpace(get(hdrBudget)); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return badParam(hdrBudget, "must be a number of US dollars, got %q", v)
+		}
+		if err := o.setBudget(hdrBudget, f); err != nil {
+			return err
+		}
+	}
+	for _, h := range []struct {
+		name string
+		dst  *time.Duration
+	}{{hdrTTFT, &o.ttft}, {hdrTPOT, &o.tpot}} {
+		v := strings.TrimSpace(get(h.name))
+		if v == "" {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return badParam(h.name, "must be a number of milliseconds, got %q", v)
+		}
+		if err := setMs(h.dst, h.name, f); err != nil {
+			return err
+		}
+	}
+	if v := strings.TrimSpace(get(hdrPolicy)); v != "" {
+		if err := o.setPolicy(hdrPolicy, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fieldMsg(err error) string {
+	if fe, ok := err.(*routing.FieldError); ok {
+		return fe.Msg
+	}
+	return err.Error()
+}
+
+func (o *overrides) setPreset(param, v string) error {
+	v = strings.ToLower(strings.TrimSpace(v))
+	if v == routing.PresetCustom {
+		o.preset = v
+		return nil
+	}
+	if _, err := routing.PresetWeights(v); err != nil {
+		return badParam(param, "must be quality, latency, cost, balanced or custom, got %q", v)
+	}
+	o.preset = v
+	return nil
+}
+
+func (o *overrides) setPriority(param, v string) error {
+	p, err := routing.ParsePriority(strings.ToLower(strings.TrimSpace(v)))
+	if err != nil {
+		return badParam(param, "must be high, normal or low, got %q", v)
+	}
+	o.priority = &p
+	return nil
+}
+
+const maxWorkflowLen = 256
+
+func (o *overrides) setWorkflow(param, v string) error {
+	if len(v) > maxWorkflowLen || !utf8.ValidString(v) {
+		return badParam(param, "must be valid UTF-8 of at most %d bytes", maxWorkflowLen)
+	}
+	o.workflow = v
+	return nil
+}
+
+func (o *overrides) setBudget(param string, f float64) error {
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return badParam(param, "must be a number of US dollars >= 0")
+	}
+	o.budgetUSD = f
+	return nil
+}
+
+func setMs(dst *time.Duration, param string, ms float64) error {
+	if math.IsNaN(ms) || math.IsInf(ms, 0) || ms < 0 || ms > 24*3600*1000 {
+		return badParam(param, "must be a number of milliseconds >= 0")
+	}
+	*dst = time.Duration(ms * float64(time.Millisecond))
+	return nil
+}
+
+func (o *overrides) setPolicy(param, v string) error {
+	v = strings.ToLower(strings.TrimSpace(v))
+	if !knownPolicies[v] {
+		return badParam(param, "must be one of routebalance, round-robin, shortest-queue, quality-only, threshold, chimera; got %q", v)
+	}
+	o.policy = v
+	return nil
+}
+
+// resolveWeights applies the order request → API key → tenant default →
+// balanced. At each level explicit weights win over a named preset; a
+// "custom" preset without weights falls through to the next level.
+func resolveWeights(o *overrides, p *tenants.Principal) (routing.Weights, error) {
+	if o.weights != nil {
+		return *o.weights, nil
+	}
+	if o.preset != "" && o.preset != routing.PresetCustom {
+		return routing.PresetWeights(o.preset)
+	}
+	if o.preset == routing.PresetCustom {
+		return routing.Weights{}, badParam("preset", "custom needs weights (X-RouteBalance-Weights or routebalance.weights)")
+	}
+	if w, ok := levelWeights(p.Key.Preset, p.Key.Weights); ok {
+		return w, nil
+	}
+	if w, ok := levelWeights(p.Settings.Preset, &p.Settings.Weights); ok {
+		return w, nil
+	}
+	return routing.PresetWeights(routing.PresetBalanced)
+}
+
+// levelWeights reads one level's preset and weights; stored values were
+// validated on the way in, but a bad one falls through rather than fail.
+func levelWeights(preset string, w *routing.Weights) (routing.Weights, bool) {
+	if (preset == "" || preset == routing.PresetCustom) && w != nil && *w != (routing.Weights{}) && w.Validate() == nil {
+		return *w, true
+	}
+	if preset != "" && preset != routing.PresetCustom {
+		if pw, err := routing.PresetWeights(preset); err == nil {
+			return pw, true
+		}
+	}
+	return routing.Weights{}, false
+}
+
+// resolveSLO applies request → key → tenant per field.
+func resolveSLO(o *overrides, p *tenants.Principal) routing.SLO {
+	slo := p.Settings.SLO.Routing()
+	if p.Key.SLO != nil {
+		k := p.Key.SLO.Routing()
+		if k.TTFT > 0 {
+			slo.TTFT = k.TTFT
+		}
+		if k.TPOT > 0 {
+			slo.TPOT = k.TPOT
+		}
+		if k.E2E > 0 {
+			slo.E2E = k.E2E
+		}
+		if k.MaxCostUSD > 0 {
+			slo.MaxCostUSD = k.MaxCostUSD
+		}
+	}
+	if o.ttft > 0 {
+		slo.TTFT = o.ttft
+	}
+	if o.tpot > 0 {
+		slo.TPOT = o.tpot
+	}
+	return slo
+}
