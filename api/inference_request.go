@@ -36,8 +36,8 @@ type completionBody struct {
 	stream       bool
 	includeUsage bool
 	maxTokens    int
-	prompt       string // text for the estimators
-	promptTokens int    // estimated input tokens
+	prompt       string    // text for the estimators
+	promptTokens int       // estimated input tokens
 	rb           overrides // filled by the handler: headers, then the body's "routebalance"
 }
 
