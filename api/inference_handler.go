@@ -3,9 +3,7 @@ package api
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
+		"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -24,7 +22,6 @@ import (
 
 // Response headers that explain a routing decision.
 const (
-	hdrRequestID         = "X-Request-Id"
 	hdrInstance          = "X-RouteBalance-Instance"
 	hdrModel             = "X-RouteBalance-Model"
 	hdrPolicyOut         = "X-RouteBalance-Policy"
@@ -45,18 +42,23 @@ const (
 // holding it.
 var errAbandoned = errors.New("request abandoned while holding its instance")
 
-// requestID returns the id of the request: the X-Request-Id a middleware
-// already set on the response, else a new random one (set on the
-// response). A client's own X-Request-Id is not trusted: the id keys
-// metering and feedback and must be unique.
-func requestID(c *fiber.Ctx) string {
-	if id := c.GetRespHeader(hdrRequestID); id != "" {
+// exchangeID returns the request's id for routing, metering and
+// feedback: the id the request-id middleware assigned, made unique when
+// the client chose it (a client's X-Request-Id is kept as a prefix, since
+// metering is idempotent by id and a reused id must not hide a request).
+// The response's X-Request-Id carries the final id.
+func exchangeID(c *fiber.Ctx) string {
+	id := requestIDOf(c)
+	switch {
+	case id == "":
+		id = newRequestID()
+	case id == c.Get(HeaderRequestID):
+		id = id + "-" + newRequestID()[:8]
+	default:
 		return id
 	}
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	id := "req_" + hex.EncodeToString(b[:])
-	c.Set(hdrRequestID, id)
+	c.Locals(localRequestID, id)
+	c.Set(HeaderRequestID, id)
 	return id
 }
 
@@ -189,11 +191,12 @@ func (x *exchange) record(a *routing.Assignment, res *proxy.Result, status strin
 // complete serves POST /v1/chat/completions and /v1/completions.
 func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		x := &exchange{h: h, arrival: h.clock.Now(), id: requestID(c)}
-		// The exchange's context is detached from the fiber request: a
-		// stream outlives the handler. Client departure is noticed by the
-		// connection watcher below, which cancels it.
-		ctx, cancel := context.WithCancel(context.WithoutCancel(c.UserContext()))
+		x := &exchange{h: h, arrival: h.clock.Now(), id: exchangeID(c)}
+		// The request context carries the server's request deadline; a
+		// stream takes its cancel over (requestCancel) because it outlives
+		// the handler. Client departure is noticed by the connection
+		// watcher below, which cancels ctx.
+		ctx, cancel := context.WithCancel(c.UserContext())
 		handedOff := false
 		defer func() {
 			if !handedOff {
@@ -215,7 +218,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 			return sendParamError(c, err)
 		}
 		x.body = body
-		if err := body.rb.parseHeaders(func(k string) string { return c.Get(k) }); err != nil {
+		if err := body.rb.parseHeaders(func(k string) string { return strings.Clone(c.Get(k)) }); err != nil { // fasthttp reuses header memory: copy
 			return sendParamError(c, err)
 		}
 		// Body options win over headers: parsed on top of them.
@@ -298,6 +301,10 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 				status := h.sendUpstreamStatus(c, se)
 				x.record(a, nil, proxy.ResultError, status)
 				return nil
+			case errors.Is(err, context.DeadlineExceeded):
+				x.release(routing.Outcome{Err: err})
+				x.record(a, nil, proxy.ResultError, http.StatusGatewayTimeout)
+				return sendError(c, http.StatusGatewayTimeout, typeServer, "timeout", "", "the request exceeded the server's time limit")
 			default: // the client went away (or the server is stopping)
 				x.release(routing.Outcome{Err: err})
 				x.record(a, nil, proxy.ResultCancelled, statusClientClosed)
@@ -316,6 +323,10 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 				return c.Status(resp.Status).Send(buf.b)
 			case proxy.ResultCancelled:
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					x.record(a, &res, proxy.ResultError, http.StatusGatewayTimeout)
+					return sendError(c, http.StatusGatewayTimeout, typeServer, "timeout", "", "the request exceeded the server's time limit")
+				}
 				x.record(a, &res, res.Status, statusClientClosed)
 				return sendError(c, statusClientClosed, typeInvalidRequest, "client_closed", "", "the client closed the request")
 			default:
@@ -333,6 +344,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 		c.Set(fiber.HeaderCacheControl, "no-cache")
 		c.Set("X-Accel-Buffering", "no")
 		handedOff = true
+		endRequest := requestCancel(c)
 		x.held = nil
 		h.remember(x, a)
 		log := h.log
@@ -347,6 +359,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 				}
 				stopWatch()
 				cancel()
+				endRequest()
 				a.Release(res.Outcome)
 				status := http.StatusOK
 				if res.Status == proxy.ResultCancelled {
@@ -402,6 +415,8 @@ func (h *inference) sendRouteError(ctx context.Context, c *fiber.Ctx, x *exchang
 			"every instance that can serve this request is at capacity; retry later")
 	case errors.Is(err, routing.ErrClosed):
 		return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "shutting_down", "", "the server is shutting down")
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return sendError(c, http.StatusGatewayTimeout, typeServer, "timeout", "", "the request exceeded the server's time limit")
 	case ctx.Err() != nil:
 		return sendError(c, statusClientClosed, typeInvalidRequest, "client_closed", "", "the client closed the request")
 	}

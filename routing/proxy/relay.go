@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -294,6 +295,11 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 	case s.writeErr != nil:
 		res.Status = ResultCancelled
 		res.Outcome.Err = fmt.Errorf("writing to client: %w", s.writeErr)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && !stalled.Load():
+		// the request's own time limit, not the client leaving
+		s.writeError("the request exceeded its time limit")
+		res.Status = ResultError
+		res.Outcome.Err = fmt.Errorf("relaying stream: %w", ctx.Err())
 	case ctx.Err() != nil && !stalled.Load():
 		res.Status = ResultCancelled
 		res.Outcome.Err = fmt.Errorf("relaying stream: %w", ctx.Err())
