@@ -3,7 +3,7 @@ package api
 import (
 	"bufio"
 	"context"
-		"errors"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
