@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -112,6 +113,11 @@ func (s *Server) fiberError(c *fiber.Ctx, e *fiber.Error) error {
 	case http.StatusNotFound:
 		return sendError(c, e.Code, typeNotFound, "not_found", "", fmt.Sprintf("no route for %s %s", c.Method(), c.Path()))
 	case http.StatusMethodNotAllowed:
+		if !s.pathHasRoute(c.Path()) {
+			// Only the dashboard's GET catch-all knows this path: for an
+			// API client it does not exist.
+			return sendError(c, http.StatusNotFound, typeNotFound, "not_found", "", fmt.Sprintf("no route for %s %s", c.Method(), c.Path()))
+		}
 		return sendError(c, e.Code, typeInvalidRequest, "method_not_allowed", "", fmt.Sprintf("method %s is not allowed on %s", c.Method(), c.Path()))
 	case http.StatusRequestEntityTooLarge:
 		return sendError(c, e.Code, typeInvalidRequest, "body_too_large", "", fmt.Sprintf("request body exceeds the limit of %d bytes", s.cfg.BodyLimit))
@@ -123,4 +129,42 @@ func (s *Server) fiberError(c *fiber.Ctx, e *fiber.Error) error {
 		typ = typeServer
 	}
 	return sendError(c, e.Code, typ, "", "", e.Message)
+}
+
+// pathHasRoute reports whether a route other than a bare catch-all ("/*")
+// matches path for some method. Used to tell 405 from 404.
+func (s *Server) pathHasRoute(path string) bool {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for _, r := range s.app.GetRoutes(true) {
+		if r.Path == "/*" || r.Path == "*" {
+			continue
+		}
+		if routeMatches(strings.Split(strings.Trim(r.Path, "/"), "/"), segs) {
+			return true
+		}
+	}
+	return false
+}
+
+// routeMatches matches fiber route segments (":param", "*") against path
+// segments.
+func routeMatches(route, path []string) bool {
+	for i, seg := range route {
+		if seg == "*" {
+			return true
+		}
+		if i >= len(path) {
+			return false
+		}
+		if strings.HasPrefix(seg, ":") {
+			if path[i] == "" {
+				return false
+			}
+			continue
+		}
+		if seg != path[i] {
+			return false
+		}
+	}
+	return len(route) == len(path)
 }

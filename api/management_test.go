@@ -335,6 +335,9 @@ func TestBadInputs(t *testing.T) {
 		{"instance wrong type", "POST", "/api/v1/clusters/" + ca + "/instances", tokA, `{"base_url":"http://203.0.113.1","model":"m","tensor_parallel":"two"}`, 400, typeInvalidRequest, "tensor_parallel must be an integer"},
 		{"unknown route", "GET", "/api/v2/nothing", "", nil, 404, typeNotFound, "no route"},
 		{"wrong method", "PUT", "/healthz", "", nil, 405, typeInvalidRequest, "not allowed"},
+		{"wrong method with params", "PUT", "/api/v1/keys/abc", tokA, nil, 405, typeInvalidRequest, "not allowed"},
+		{"unknown POST route", "POST", "/api/v1/nothing", "", map[string]any{}, 404, typeNotFound, "no route"},
+		{"unknown POST under /v1", "POST", "/v1/nothing/at/all", "", map[string]any{}, 404, typeNotFound, "no route"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do(tc.method, tc.path, tc.tok, tc.body)
@@ -430,5 +433,64 @@ func TestBodyLimit(t *testing.T) {
 	}
 	if typ, msg := r.envelope(t); typ != typeInvalidRequest || !strings.Contains(msg, "exceeds the limit of 65536 bytes") {
 		t.Errorf("envelope type %q message %q", typ, msg)
+	}
+}
+
+// TestShutdownDrainsInFlight starts a slow request, shuts the server down
+// while it runs and checks that it still completes and that new
+// connections are refused.
+func TestShutdownDrainsInFlight(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	e := newEnv(t, dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)}, false, func(d *Deps) {
+		d.State = func(string) any {
+			close(entered)
+			<-release
+			return []string{"done"}
+		}
+	})
+	_, tok, _ := e.signup("s@example.com")
+	cid := e.do("POST", "/api/v1/clusters", tok, map[string]any{"name": "c"}).str("id")
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.app.Listener(ln) //nolint:errcheck
+	base := "http://" + ln.Addr().String()
+	got := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", base+"/api/v1/clusters/"+cid+"/state", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			got <- -1
+			return
+		}
+		res.Body.Close()
+		got <- res.StatusCode
+	}()
+	<-entered
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- e.app.ShutdownWithContext(ctx)
+	}()
+	// Shutdown must wait for the in-flight request.
+	select {
+	case err := <-shut:
+		t.Fatalf("shutdown returned (%v) while a request was in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if code := <-got; code != 200 {
+		t.Errorf("in-flight request finished with %d, want 200", code)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Error("server still accepts connections after shutdown")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +179,50 @@ func TestServiceResolveKey(t *testing.T) {
 			t.Errorf("key revoked elsewhere still resolves after the TTL: %v", err)
 		}
 	})
+}
+
+// TestRevokeRacesResolve hammers ResolveKey while the key is revoked: once
+// RevokeKey has returned, no call may succeed, cached or not.
+func TestRevokeRacesResolve(t *testing.T) {
+	e := dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)}
+	ctx := context.Background()
+	svc, _ := newService(t, e, &clock{t: time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)})
+	tn, _, err := svc.Signup(ctx, tenants.SignupInput{Email: "r@example.com", Password: "race-condition-1", Name: "R"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, secret, err := svc.CreateKey(ctx, tn.ID, tenants.KeyInput{Name: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var revoked atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 300; i++ {
+				after := revoked.Load()
+				_, err := svc.ResolveKey(ctx, secret)
+				if after && err == nil {
+					errs <- "resolved after RevokeKey returned"
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(5 * time.Millisecond)
+	if err := svc.RevokeKey(ctx, tn.ID, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	revoked.Store(true)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if _, err := svc.ResolveKey(ctx, secret); !errors.Is(err, tenants.ErrUnauthorized) {
+		t.Errorf("after revoke: %v", err)
+	}
 }
