@@ -455,6 +455,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, j *job) {
 		}
 	}
 
+	if ctxLen := s.tier.ContextLen(); j.promptTokens+j.maxTokens > ctxLen || j.promptTokens >= ctxLen {
+		param := "max_tokens"
+		if j.promptTokens >= ctxLen {
+			param = "messages"
+		}
+		writeError(w, http.StatusBadRequest, param, fmt.Sprintf(
+			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			ctxLen, j.promptTokens+j.maxTokens, j.promptTokens, j.maxTokens))
+		return
+	}
 	s.mu.Lock()
 	if s.dead {
 		s.mu.Unlock()
