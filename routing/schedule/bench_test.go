@@ -165,3 +165,31 @@ const rusageThread = 1
 func fleetSpec(tokens float64) fleetLeaseSpec {
 	return fleetLeaseSpec{Tokens: tokens, TPOT: 20 * time.Millisecond}
 }
+
+// BenchmarkRoute measures what the router adds to a request at light load:
+// Route (hand-off to the cluster's goroutine, a batch of one, admission,
+// wake-up) plus Release, one request at a time over 13 instances.
+func BenchmarkRoute(b *testing.B) {
+	r, err := NewRouter(Config{}, Deps{NoScrape: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	c := &routing.Cluster{ID: "bench", Version: 1}
+	for i := range 13 {
+		c.Instances = append(c.Instances, routing.Instance{ID: fmt.Sprint("i", i), Model: fmt.Sprint("m", i%4), GPU: "g", PriceOutPerMTok: float64(1 + i%4)})
+	}
+	req := routing.Request{Prompt: "hello", PromptTokens: 10}
+	b.ReportAllocs()
+	for b.Loop() {
+		rq := req
+		a, err := r.Route(ctx, c, &rq)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a.Release(routing.Outcome{OutputTokens: 10})
+	}
+}

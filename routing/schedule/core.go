@@ -349,8 +349,9 @@ func (c *Core) refreshTPOT(v *slot) {
 	v.tpot = v.lat.TPOT(l)
 }
 
-// orderBatch fills c.order: longest predicted output first (max L̂ over
-// the cluster's models), or arrival order when LPT is off.
+// orderBatch fills c.order: longest predicted output first (L̂ of the
+// requested model, or the max over the cluster's models for "auto"), or
+// arrival order when LPT is off.
 func (c *Core) orderBatch(ests []routing.PromptEstimate) {
 	c.order = c.order[:0]
 	for j := range c.live {
@@ -360,11 +361,16 @@ func (c *Core) orderBatch(ests []routing.PromptEstimate) {
 		return
 	}
 	key := func(j int) float64 {
+		r := c.live[j].Req
 		k := 0.0
-		for _, l := range ests[j].Length {
-			k = max(k, l)
+		if m, ok := c.modelOf[r.Model]; ok && !r.AnyModel() {
+			k = ests[j].Length[m]
+		} else {
+			for _, l := range ests[j].Length {
+				k = max(k, l)
+			}
 		}
-		if mt := c.live[j].Req.MaxTokens; mt > 0 {
+		if mt := r.MaxTokens; mt > 0 {
 			k = min(k, float64(mt))
 		}
 		return k

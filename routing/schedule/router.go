@@ -103,6 +103,9 @@ func (r *Router) Route(ctx context.Context, c *routing.Cluster, req *routing.Req
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if c == nil || req == nil {
+		return nil, &routing.FieldError{Field: "request", Msg: "cluster and request are required"}
+	}
 	run, err := r.runner(c)
 	if err != nil {
 		return nil, err
