@@ -47,12 +47,18 @@ func runIndexBuild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	embModel := fs.String("embedder-model", "sentence-transformers/all-MiniLM-L6-v2", "embedding model name (with --embedder openai)")
 	dim := fs.Int("dim", 384, "builtin embedder dimensions")
 	useHNSW := fs.Bool("hnsw", false, "also build and save an HNSW graph (searched instead of the exact scan)")
+	qdrantURL := fs.String("qdrant-url", "", "also upsert vectors and labels into this Qdrant (gRPC URL, e.g. http://127.0.0.1:6334)")
+	collection := fs.String("collection", "", "Qdrant collection name (with --qdrant-url)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	if err := fs.Parse(args); err != nil {
 		return usageErr(err)
 	}
 	if *data == "" || *out == "" {
 		fmt.Fprintln(stderr, "index build: --data and --out are required")
+		return errUsage
+	}
+	if (*qdrantURL == "") != (*collection == "") {
+		fmt.Fprintln(stderr, "index build: --qdrant-url and --collection go together")
 		return errUsage
 	}
 	recs, err := readRecordsFile(*data)
@@ -99,12 +105,31 @@ func runIndexBuild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	if err := knn.Save(*out, nil); err != nil {
+	var qs *estimate.QdrantSpec
+	if *qdrantURL != "" {
+		qs = &estimate.QdrantSpec{URL: *qdrantURL, Collection: *collection}
+		if err := upsertQdrant(ctx, knn, *qs, recs, stderr, *quiet); err != nil {
+			return err
+		}
+	}
+	if err := knn.Save(*out, qs); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "index: %d prompts, %d models, %d dims, embedder %s, written to %s in %s\n",
 		knn.Len(), len(knn.Models()), knn.Dim(), *embedder, *out, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+func upsertQdrant(ctx context.Context, knn *estimate.KNN, spec estimate.QdrantSpec, recs []estimate.Record, stderr io.Writer, quiet bool) error {
+	q, err := estimate.DialQdrant(ctx, estimate.QdrantConfig{URL: spec.URL, Collection: spec.Collection})
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	bar := newProgress(stderr, "qdrant upsert", knn.Len(), quiet)
+	err = q.Load(ctx, knn.Vectors(), knn.Dim(), recs, func(done int) { bar.set(done) })
+	bar.finish()
+	return err
 }
 
 // readRecordsFile reads a JSON-lines file of labelled prompts.

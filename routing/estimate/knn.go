@@ -54,6 +54,9 @@ type Config struct {
 	// vectors: "exact", "hnsw" or "auto" (default: hnsw when a saved graph
 	// exists, else exact).
 	Index string
+	// Qdrant, when set, makes Open search this Qdrant collection (filled
+	// by `index build --qdrant-url`) instead of the local vectors.
+	Qdrant *QdrantConfig
 	// Embedder, when set, replaces the embedder recorded in the index (it
 	// must produce vectors of the same dimension).
 	Embedder Embedder
@@ -227,6 +230,14 @@ func logNormalHist(median, sigma float64) routing.LengthHist {
 
 // Dim returns the embedding dimension.
 func (k *KNN) Dim() int { return k.dim }
+
+// Vectors returns the base rows' vectors, row-major (not a copy).
+func (k *KNN) Vectors() []float32 {
+	if k.flat == nil {
+		return nil
+	}
+	return k.flat.Vectors()
+}
 
 // Len returns the number of base (indexed) prompts.
 func (k *KNN) Len() int { return k.base }

@@ -455,6 +455,14 @@ func Open(dir string, cfg Config) (*KNN, error) {
 		}
 		idx = h
 	}
+	if cfg.Qdrant != nil {
+		q, err := DialQdrant(context.Background(), *cfg.Qdrant)
+		if err != nil {
+			return nil, fmt.Errorf("open index: %w", err)
+		}
+		q.Attach(man.Count, man.Dim)
+		idx = q
+	}
 	meta := make([]rowMeta, len(lines))
 	for i, l := range lines {
 		meta[i] = rowMeta{ID: l.ID, Task: l.Task}
