@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
@@ -48,6 +49,7 @@ type Core struct {
 	lats      []TierLatency // latency model of each listed instance
 	queues    map[*fleet.Member]*admitQueue
 	sticky    *stickyMap
+	requeue   func([]*Ticket)
 	seq       uint64
 	lastBatch int
 
@@ -167,18 +169,14 @@ func (c *Core) Update(cl *routing.Cluster) ([]*Ticket, error) {
 		listed[m] = true
 	}
 	var orphans []*Ticket
-	for m, q := range c.queues {
+	for m := range c.queues {
 		if listed[m] {
 			continue
 		}
-		for _, t := range *q {
-			c.unqueued(t)
-			t.state, t.q, t.member = ticketNew, nil, nil
-			orphans = append(orphans, t)
-		}
+		orphans = append(orphans, c.drainQueue(m)...)
 		delete(c.queues, m)
 	}
-	slices.SortFunc(orphans, func(a, b *Ticket) int { return int(a.seq - b.seq) })
+	slices.SortFunc(orphans, func(a, b *Ticket) int { return cmp.Compare(a.seq, b.seq) })
 	return orphans, nil
 }
 
@@ -817,12 +815,21 @@ func (c *Core) Release(now time.Time, t *Ticket, o routing.Outcome) {
 	c.fleet.Release(now, t.lease, o)
 	t.state = ticketReleased
 	c.unqueued(t)
-	c.admitQueued(now, t.member)
+	var requeued []*Ticket
+	if o.Upstream && c.requeue != nil && !c.fleet.Healthy(t.member) {
+		requeued = c.drainQueue(t.member)
+	} else {
+		c.admitQueued(now, t.member)
+	}
 	for _, n := range c.notify {
 		n.Notify(n)
 	}
 	c.notify = c.notify[:0]
+	requeue := c.requeue
 	c.mu.Unlock()
+	if len(requeued) > 0 {
+		requeue(requeued)
+	}
 
 	if o.Err != nil {
 		return
@@ -834,6 +841,35 @@ func (c *Core) Release(now time.Time, t *Ticket, o routing.Outcome) {
 		tpot := (o.E2E - o.TTFT).Seconds() / float64(o.OutputTokens-1)
 		lo.Observe(t.Decision.Instance.Tier(), t.spec.Load, tpot, o.TTFT.Seconds())
 	}
+}
+
+// SetRequeue installs the hook that takes back the tickets queued on an
+// instance that a failed request just ejected: they are undecided again and
+// must be passed to Assign. It is called outside the core's lock. Without a
+// hook (the default) such tickets stay queued and are admitted as the
+// instance's slots free.
+func (c *Core) SetRequeue(f func([]*Ticket)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.requeue = f
+}
+
+// drainQueue empties m's queue, making its tickets undecided again, in
+// arrival order. Called with c.mu held.
+func (c *Core) drainQueue(m *fleet.Member) []*Ticket {
+	aq := c.queues[m]
+	if aq == nil || aq.Len() == 0 {
+		return nil
+	}
+	out := make([]*Ticket, 0, aq.Len())
+	for aq.Len() > 0 {
+		t := heap.Pop(aq).(*Ticket)
+		c.unqueued(t)
+		t.state, t.q, t.member = ticketNew, nil, nil
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b *Ticket) int { return cmp.Compare(a.seq, b.seq) })
+	return out
 }
 
 // admitQueued admits queued tickets of m while it is under its cap.

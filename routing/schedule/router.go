@@ -149,6 +149,7 @@ func (r *Router) runner(c *routing.Cluster) (*runner, error) {
 		return nil, err
 	}
 	run := &runner{core: core, log: r.deps.Logger.With(slog.String("cluster", c.ID)), version: c.Version, wake: make(chan struct{}, 1)}
+	core.SetRequeue(run.requeue)
 	r.clusters[c.ID] = run
 	r.starting = append(r.starting, run)
 	select {
@@ -183,6 +184,25 @@ func (run *runner) submit(c *routing.Cluster, t *Ticket) bool {
 	default:
 	}
 	return true
+}
+
+// requeue puts tickets taken back from an ejected instance at the head of
+// the next batch.
+func (run *runner) requeue(ts []*Ticket) {
+	run.mu.Lock()
+	if run.stopped {
+		run.mu.Unlock()
+		for _, t := range ts {
+			run.core.Reject(t, routing.ErrClosed)
+		}
+		return
+	}
+	run.pending = append(ts, run.pending...)
+	run.mu.Unlock()
+	select {
+	case run.wake <- struct{}{}:
+	default:
+	}
 }
 
 // loop is the cluster's owner goroutine: whenever requests wait, it takes

@@ -429,3 +429,42 @@ func TestRouterScrapes(t *testing.T) {
 		t.Errorf("Route after Run ended: err = %v, want ErrClosed", err)
 	}
 }
+
+// TestEjectionRequeues: when a failed request ejects an instance, the
+// requests queued on it are decided again onto healthy instances.
+func TestEjectionRequeues(t *testing.T) {
+	cfg := Config{}
+	cfg.Fleet.EjectAfter = 1
+	r, _ := startRouter(t, cfg, Deps{})
+	c := testCluster(PolicyShortestQueue, 2)
+	c.Instances[0].MaxConcurrency = 1
+	c.Instances[1].MaxConcurrency = 1
+	a := route(t, r, c, &routing.Request{ID: "a"}) // i0
+	b := route(t, r, c, &routing.Request{ID: "b"}) // i1
+	got := make(chan *routing.Assignment, 1)
+	go func() {
+		x, err := r.Route(context.Background(), c, &routing.Request{ID: "c"})
+		if err != nil {
+			t.Errorf("c: %v", err)
+		}
+		got <- x
+	}()
+	waitFor(t, func() bool { return inFlight(r, "c1")["i0"] == [2]int{1, 1} }) // queued on i0 (round-robin tie)
+	a.Release(routing.Outcome{Err: errors.New("connection refused"), Upstream: true})
+	waitFor(t, func() bool { return inFlight(r, "c1")["i1"] == [2]int{1, 1} })
+	if s := r.State("c1")[0]; s.Healthy || s.Queue != 0 {
+		t.Errorf("i0 after the failure: healthy %v queue %d, want ejected and empty", s.Healthy, s.Queue)
+	}
+	b.Release(routing.Outcome{})
+	x := <-got
+	if x == nil {
+		t.FailNow()
+	}
+	if x.Instance.ID != "i1" {
+		t.Errorf("c served by %s, want i1", x.Instance.ID)
+	}
+	x.Release(routing.Outcome{})
+	if diff := cmp.Diff(zeroCounts("i0", "i1"), inFlight(r, "c1")); diff != "" {
+		t.Errorf("counters (-want +got):\n%s", diff)
+	}
+}
