@@ -24,7 +24,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/routebalance/routebalance/api"
+	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/billing/pgstore"
+	"github.com/routebalance/routebalance/billing/sqlitestore"
 	"github.com/routebalance/routebalance/migrations"
+	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/tenants"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
@@ -169,6 +173,14 @@ func (d *database) tenantStore() *sqlstore.Store {
 	return sqlstore.NewSQLite(d.sqlite)
 }
 
+// ledger returns the billing ledger on the same database.
+func (d *database) ledger() billing.Ledger {
+	if d.pool != nil {
+		return pgstore.New(d.pool)
+	}
+	return sqlitestore.New(d.sqlite)
+}
+
 func (d *database) close() {
 	if d.pool != nil {
 		d.pool.Close()
@@ -250,6 +262,10 @@ func upstreamClient(p tenants.EndpointPolicy, timeout time.Duration) *http.Clien
 	}
 }
 
+// paymentGrace is how long a tenant whose Stripe payment failed keeps
+// being served.
+const paymentGrace = 72 * time.Hour
+
 // runServe runs the service until ctx is cancelled (SIGINT/SIGTERM).
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseServeFlags(args, stderr)
@@ -324,8 +340,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return nil
 	}
-	// Further components (proxy, meter): construct here, start their Run
-	// under `workers`, hand them to api.Deps.
+
+	// Proxy: one upstream client for every instance; it too dials through
+	// the endpoint policy.
+	px, err := proxy.New(proxy.Config{}, proxy.Deps{Log: log, Control: svc.Endpoints().DialControl})
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	defer px.Close()
+
+	// Meter: usage events go to the ledger in the same database; spill
+	// files live in the data dir. Its final flush runs after the HTTP
+	// server has drained (stopBackground below).
+	mcfg := billing.DefaultConfig()
+	mcfg.SpillDir = cfg.dataDir
+	guard := billing.NewGuard(nil, paymentGrace)
+	meter, err := billing.NewMeter(mcfg, db.ledger(), guard, log, nil)
+	if err != nil {
+		return fmt.Errorf("meter: %w", err)
+	}
+	workers.Go(func() error { return meter.Run(bg) })
+
+	deps.Inference = api.InferenceDeps{Keys: svc, Router: router, Proxy: px, Meter: meter}
 
 	acfg := api.DefaultConfig()
 	acfg.BodyLimit = cfg.bodyLimit

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/routebalance/routebalance/routing"
@@ -159,6 +160,10 @@ type Deps struct {
 	// Transport replaces the tuned upstream transport (tests); nil builds
 	// one from Config.
 	Transport http.RoundTripper
+	// Control, when set, vets every address the built transport dials
+	// (serve passes tenants.EndpointPolicy.DialControl, so DNS rebinding
+	// cannot reach a refused address). Unused with Transport.
+	Control func(network, address string, c syscall.RawConn) error
 }
 
 // Proxy is the upstream client. It is safe for concurrent use; one Proxy
@@ -185,7 +190,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}
 	rt := deps.Transport
 	if rt == nil {
-		dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: cfg.KeepAlive}
+		dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: cfg.KeepAlive, Control: deps.Control}
 		rt = &http.Transport{
 			Proxy:                 nil, // instances are reached directly, never via HTTP_PROXY
 			DialContext:           dialer.DialContext,
