@@ -37,6 +37,9 @@ func TestItemsWellFormed(t *testing.T) {
 			if q, ok := it.Scores[m]; !ok || (q != 0 && q != 1) {
 				t.Errorf("%s: score of %s = %v, %v", it.ID, m, q, ok)
 			}
+			if n := it.OutputTokens[m]; n < 1 {
+				t.Errorf("%s: output tokens of %s = %v", it.ID, m, n)
+			}
 		}
 	}
 }
