@@ -28,6 +28,8 @@ import (
 	"github.com/routebalance/routebalance/billing/pgstore"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
 	"github.com/routebalance/routebalance/migrations"
+	"github.com/routebalance/routebalance/routing/estimate"
+	"github.com/routebalance/routebalance/routing/latency"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/tenants"
@@ -45,6 +47,8 @@ type serveConfig struct {
 	bodyLimit       int
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
+	indexDir        string
+	latencyDir      string
 }
 
 // env returns the value of ROUTEBALANCE_<name>, or def.
@@ -84,6 +88,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&c.bodyLimit, "body-limit", limit, "largest request body in bytes (env ROUTEBALANCE_BODY_LIMIT)")
 	grace, _ := time.ParseDuration(env("SHUTDOWN_TIMEOUT", "30s"))
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", grace, "how long in-flight requests and streams may run after SIGINT/SIGTERM (env ROUTEBALANCE_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by `routebalance index build`; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
+	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
 	level := env("LOG_LEVEL", "info")
 	fs.Func("log-level", "debug, info, warn or error (env ROUTEBALANCE_LOG_LEVEL)", func(s string) error { level = s; return nil })
 	if err := fs.Parse(args); err != nil {
@@ -326,10 +332,34 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	deps := api.Deps{Log: log, Tenants: svc, Ready: db.ready}
 
+	// Estimators: latency models always (online least squares from the
+	// tier priors, plus trained XGBoost models from --latency-dir); the
+	// quality/length index when --index-dir names one.
+	lat, err := latency.New(latency.Config{})
+	if err != nil {
+		return fmt.Errorf("latency models: %w", err)
+	}
+	if cfg.latencyDir != "" {
+		tiers, err := lat.LoadXGBDir(cfg.latencyDir)
+		if err != nil {
+			return err
+		}
+		log.Info("latency models loaded", slog.String("dir", cfg.latencyDir), slog.Any("tiers", tiers))
+	}
+
 	// Scheduler: one Router for every tenant's cluster. Its scrapers and
 	// probes dial through the endpoint policy, like every upstream call.
 	scfg := schedule.Config{}.WithDefaults()
-	router, err := schedule.NewRouter(scfg, schedule.Deps{Logger: log, HTTPClient: upstreamClient(svc.Endpoints(), scfg.Fleet.ScrapeTimeout)})
+	sdeps := schedule.Deps{Logger: log, HTTPClient: upstreamClient(svc.Endpoints(), scfg.Fleet.ScrapeTimeout), Latency: lat}
+	var knn *estimate.KNN
+	if cfg.indexDir != "" {
+		if knn, err = estimate.Open(cfg.indexDir, estimate.Config{}); err != nil {
+			return fmt.Errorf("--index-dir: %w", err)
+		}
+		sdeps.Estimator = knn
+		log.Info("quality index loaded", slog.String("dir", cfg.indexDir), slog.Int("prompts", knn.Len()), slog.Any("models", knn.Models()))
+	}
+	router, err := schedule.NewRouter(scfg, sdeps)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
@@ -362,6 +392,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	workers.Go(func() error { return meter.Run(bg) })
 
 	deps.Inference = api.InferenceDeps{Keys: svc, Router: router, Proxy: px, Meter: meter}
+	if knn != nil {
+		deps.Inference.Quality = knn // POST /v1/feedback teaches the index
+	}
 
 	acfg := api.DefaultConfig()
 	acfg.BodyLimit = cfg.bodyLimit
