@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing/sim/loadgen"
 	"github.com/routebalance/routebalance/routing/sim/metrics"
 	"github.com/routebalance/routebalance/routing/sim/workload"
@@ -50,6 +51,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	preset := fs.String("preset", "", "send X-RouteBalance-Preset")
 	weights := fs.String("weights", "", "send X-RouteBalance-Weights (quality=…,cost=…,latency=…)")
 	fs.IntVar(&cfg.RouterPID, "router-pid", 0, "pid of the router process, to measure its CPU per request from /proc")
+	clusterFile := fs.String("cluster", "", "cluster file whose prices give each request's cost (else the router's predicted-cost header)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,6 +80,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if *clusterFile != "" {
+		f, err := vllmemu.LoadCluster(*clusterFile)
+		if err != nil {
+			return err
+		}
+		cfg.Prices = map[string]loadgen.Price{}
+		for _, t := range f.Tiers {
+			cfg.Prices[t.Model] = loadgen.Price{InPerMTok: t.PriceInPerMTok, OutPerMTok: t.PriceOutPerMTok}
+		}
 	}
 	items, err := workload.ReadFile(*data)
 	if err != nil {

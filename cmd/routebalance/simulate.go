@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/routebalance/routebalance/infra/clusters"
 	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/schedule"
@@ -24,7 +27,7 @@ import (
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cluster := fs.String("cluster", "", "cluster file (default: the embedded reference-13 world)")
+	cluster := fs.String("cluster", "", "cluster file (default: the project's calibrated infra/clusters/reference-13.json, embedded)")
 	index := fs.String("index", "", "quality/length index directory built by `routebalance index build`")
 	data := fs.String("data", "", "JSONL prompts {id,prompt,task?,scores?} to replay")
 	policies := fs.String("policy", "routebalance", "policy, or a comma list: routebalance, round-robin, shortest-queue, quality-only, threshold, chimera, oracle")
@@ -45,6 +48,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	plotRate := fs.Float64("plot-rate", 24, "λ of the frontier plots (nearest swept rate)")
 	maxTokens := fs.Int("max-tokens", 0, "max_tokens on every request (0 = none)")
 	verbose := fs.Bool("v", false, "log scheduler warnings")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the sweep to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,8 +60,11 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var f *vllmemu.ClusterFile
 	var err error
 	if *cluster == "" {
-		f = vllmemu.ReferenceCluster()
-	} else if f, err = vllmemu.LoadCluster(*cluster); err != nil {
+		f, err = vllmemu.ParseCluster(clusters.Reference13())
+	} else {
+		f, err = vllmemu.LoadCluster(*cluster)
+	}
+	if err != nil {
 		return err
 	}
 	world := sim.NewWorld(f)
@@ -100,6 +107,17 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return sim.NewCoreRouter(schedule.DefaultConfig(), deps, world, arm)
 	}
 
+	if *cpuprofile != "" {
+		pf, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	fmt.Fprintf(stderr, "simulate: %d arm(s) × %d rate(s) × %d requests on %s (%d instances)\n", len(arms), len(rateList), cfg.N, f.Name, len(world.Cluster.Instances))
 	start := time.Now()
 	cells, err := sim.Sweep(ctx, cfg, world, items, arms, rateList, newRouter, func(c sim.Cell) {
