@@ -102,7 +102,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if rep.Router, err = loadgen.Run(ctx, cfg, items, log); err != nil {
 		return err
 	}
-	printBench(stdout, "router "+cfg.URL, rep.Router)
+	printBench(stdout, cfg.URL, rep.Router)
 	if *compare != "" {
 		dcfg := cfg
 		dcfg.URL, dcfg.Headers, dcfg.RouterPID = *compare, nil, 0
