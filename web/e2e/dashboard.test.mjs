@@ -46,6 +46,13 @@ async function apiAs(page, base, path) {
   return r.json();
 }
 
+/** clusterId is the id of the tenant's only cluster. */
+async function clusterId(page, base) {
+  const cl = await apiAs(page, base, '/clusters');
+  assert.equal(cl.data.length, 1, 'one cluster');
+  return cl.data[0].id;
+}
+
 function readout(s) {
   // "Quality 0.65 + Latency 0.20 + Cost 0.15 = 1.00"
   const m = s.match(/Quality ([\d.]+) \+ Latency ([\d.]+) \+ Cost ([\d.]+) = 1\.00/);
@@ -139,6 +146,13 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
     await page.locator('form.instance-form button[type="submit"]').click();
     await untilText(page, 'table.table tbody', new RegExp(inst.model.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
   }
+  // Disable and re-enable the second instance.
+  const second = instances[1];
+  await page.getByRole('button', { name: `Disable ${second.model} at ${second.url}` }).click();
+  await untilText(page, `table.table tbody tr:has-text("${second.url}")`, /disabled/);
+  assert.equal((await apiAs(page, base, `/clusters/${await clusterId(page, base)}/instances`)).data.find((i) => i.base_url === second.url).disabled, true);
+  await page.getByRole('button', { name: `Enable ${second.model} at ${second.url}` }).click();
+  await untilText(page, `table.table tbody tr:has-text("${second.url}")`, /enabled/);
   const stateText = await untilText(page, '.panel:has(h2:text("Live state"))', /Updated|not available/);
   if (/not available/.test(stateText)) t.diagnostic('live state: GET /api/v1/clusters/{id}/state is not on this server');
   layout.push(...await shoot(page, 'cluster'));
@@ -158,6 +172,9 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
   await page.getByRole('button', { name: 'I have stored it' }).click();
   assert.equal(await page.locator('#new-key-secret').count(), 0, 'secret gone after dismissal');
   await untilText(page, '#keys-table', /e2e key/);
+  await page.getByLabel('Preset for key e2e key').selectOption('latency');
+  await untilText(page, '#toast', /now uses latency/);
+  assert.equal((await apiAs(page, base, '/keys')).data.find((k) => k.name === 'e2e key').preset, 'latency');
   const listed = await text(page, '#keys-table');
   assert.ok(!listed.includes(secret), 'key list never shows the secret');
 
@@ -192,6 +209,12 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
   await page.getByRole('button', { name: 'Save SLOs and budget' }).click();
   await untilText(page, '#toast', /SLOs and budget saved/);
   assert.equal((await apiAs(page, base, '/settings')).slo.monthly_budget_usd, 25);
+  for (const name of ['shortest-queue', 'routebalance']) {
+    await page.getByLabel('Policy for this cluster').selectOption(name);
+    await page.getByRole('button', { name: 'Save policy' }).click();
+    await untilText(page, '#toast', new RegExp(`Policy set to ${name}`));
+    assert.equal((await apiAs(page, base, `/clusters/${await clusterId(page, base)}`)).policy.name, name);
+  }
   layout.push(...await shoot(page, 'routing'));
 
   // ---- requests with the key, from node --------------------------------
@@ -208,6 +231,22 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
     assert.ok(r.headers.get('x-routebalance-instance'), 'X-RouteBalance-Instance header');
     if (stream) assert.match(body, /data: \[DONE\]/);
   }
+
+  // ---- the live state counts them --------------------------------------
+  await page.getByRole('link', { name: 'Cluster' }).click();
+  await page.waitForURL('**/cluster');
+  const live = await untilText(page, '.panel:has(h2:text("Live state"))', /healthy|No live state|not available/);
+  if (/healthy/.test(live)) {
+    const served = await waitFor('live state to count served requests', async () => {
+      const cells = await page.locator('#state-table tbody tr td:nth-child(8)').allTextContents();
+      const n = cells.reduce((a, c) => a + Number(c.split('/')[0].replace(/[^\d]/g, '') || 0), 0);
+      return n >= N ? n : false;
+    }, { timeoutMs: 15_000 });
+    t.diagnostic(`live state: ${served} requests served`);
+  } else {
+    t.diagnostic(`live state after requests: ${live.slice(0, 160)}`);
+  }
+  layout.push(...await shoot(page, 'cluster-live'));
 
   // ---- overview and usage show them ------------------------------------
   await page.getByRole('link', { name: 'Overview' }).click();
