@@ -65,6 +65,10 @@ test('keyboard steps move along the documented directions', () => {
 test('nice ticks start at 0 and cover the maximum', () => {
   const cases = [[7, [0, 2, 4, 6, 8]], [100, [0, 25, 50, 75, 100]], [0.37, [0, 0.1, 0.2, 0.3, 0.4]], [0, [0, 1]]];
   for (const [max, want] of cases) assert.deepEqual(niceTicks(max, 4), want, `max ${max}`);
+  // Counts get whole-number ticks.
+  assert.deepEqual(niceTicks(8.4, 4, true), [0, 5, 10]);
+  assert.deepEqual(niceTicks(3, 4, true), [0, 1, 2, 3]);
+  assert.deepEqual(niceTicks(0.5, 4, true), [0, 1]);
 });
 
 test('jwtExpiry reads exp from the payload and tolerates junk', () => {

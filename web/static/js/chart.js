@@ -9,11 +9,13 @@ import { h, s } from './dom.js';
 export const PALETTE = ['#3b4cca', '#e07a1f', '#1f9e89', '#c2397d', '#8a6d00', '#0b7bd3', '#7c3aed', '#6b7280'];
 
 /** niceTicks returns 0..max in 1/2/5·10^k steps, about count of them. */
-export function niceTicks(max, count = 4) {
+export function niceTicks(max, count = 4, integer = false) {
   if (!(max > 0)) return [0, 1];
   const raw = max / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((st) => max / st <= count) || 10 * mag;
+  const mults = integer && mag < 10 ? [1, 2, 5, 10] : [1, 2, 2.5, 5, 10];
+  let step = mults.map((m) => m * mag).find((st) => max / st <= count) || 10 * mag;
+  if (integer) step = Math.max(1, Math.round(step));
   const ticks = [];
   for (let v = 0; v < max + step * 0.999; v += step) ticks.push(Number(v.toPrecision(12)));
   return ticks;
@@ -39,7 +41,9 @@ function fmtTime(t, span) {
 /**
  * timeChart returns an element that draws series over time.
  * opts: { kind: 'line'|'bar', series: [{name, points: [{t: ms, y}]}],
- *         yFormat(v) → string, ref: {y, label}, height, label (accessible name) }.
+ *         yFormat(v) → string, ref: {y, label}, height, label (accessible name),
+ *         domain: [fromMs, toMs] (default: the data's extent), integer (y ticks),
+ *         slotMs (bucket width: points are drawn at the bucket's middle) }.
  */
 export function timeChart(opts) {
   const box = h('div', { class: 'chart-box' });
@@ -87,9 +91,17 @@ function svgChart(w, opts, series) {
   if (opts.ref && opts.ref.y > 0) ymax = Math.max(ymax, opts.ref.y);
   const bar = opts.kind === 'bar';
   const slot = opts.slotMs || 3600e3;
-  if (bar) { tmin -= slot / 2; tmax += slot / 2; }
-  if (tmax === tmin) { tmin -= slot; tmax += slot; }
-  const yt = niceTicks(ymax * 1.05 || 1, ph < 150 ? 3 : 4);
+  // Points are bucket starts; draw them at the bucket's middle.
+  const mid = opts.slotMs ? slot / 2 : 0;
+  tmin += mid; tmax += mid;
+  if (opts.domain) {
+    tmin = Math.min(tmin, opts.domain[0]);
+    tmax = Math.max(tmax, opts.domain[1]);
+  } else {
+    if (bar) { tmin -= slot / 2; tmax += slot / 2; }
+    if (tmax === tmin) { tmin -= slot; tmax += slot; }
+  }
+  const yt = niceTicks(ymax * 1.05 || 1, ph < 150 ? 3 : 4, !!opts.integer);
   const ytop = yt[yt.length - 1];
   const X = (t) => m.l + ((t - tmin) / (tmax - tmin)) * pw;
   const Y = (v) => m.t + ph - (v / ytop) * ph;
@@ -112,16 +124,16 @@ function svgChart(w, opts, series) {
       const n = series.length;
       const bw = Math.max(2, Math.min(40, (X(tmin + slot) - X(tmin)) * 0.8 / n));
       for (const p of pts) {
-        const x = X(p.t) - (bw * n) / 2 + i * bw;
+        const x = X(p.t + mid) - (bw * n) / 2 + i * bw;
         svg.append(s('rect', { x, y: Y(p.y || 0), width: bw, height: Math.max(0, Y(0) - Y(p.y || 0)), fill: color },
           s('title', {}, `${se.name}: ${fmt(p.y)} at ${new Date(p.t).toLocaleString()}`)));
       }
     } else {
-      const d = pts.map((p, k) => `${k ? 'L' : 'M'}${X(p.t).toFixed(1)},${Y(p.y || 0).toFixed(1)}`).join('');
+      const d = pts.map((p, k) => `${k ? 'L' : 'M'}${X(p.t + mid).toFixed(1)},${Y(p.y || 0).toFixed(1)}`).join('');
       svg.append(s('path', { d, fill: 'none', stroke: color, 'stroke-width': 2, 'stroke-linejoin': 'round' }));
       if (pts.length <= 60) {
         for (const p of pts) {
-          svg.append(s('circle', { cx: X(p.t), cy: Y(p.y || 0), r: 3, fill: color },
+          svg.append(s('circle', { cx: X(p.t + mid), cy: Y(p.y || 0), r: 3, fill: color },
             s('title', {}, `${se.name}: ${fmt(p.y)} at ${new Date(p.t).toLocaleString()}`)));
         }
       }

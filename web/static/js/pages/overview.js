@@ -60,7 +60,7 @@ export function render(ctx) {
     }
     if (ctx.signal.aborted) return;
     const budget = settings && settings.slo ? Number(settings.slo.monthly_budget_usd) || 0 : 0;
-    replace(body, view(r, series, byModel, byInst, month, budget, instLabels));
+    replace(body, view(r, series, byModel, byInst, month, budget, instLabels, [from.getTime(), to.getTime()], [monthStart(to).getTime(), to.getTime()]));
     status.textContent = `Updated ${new Date().toLocaleTimeString('en-US', { hour12: false })} · refreshes every ${REFRESH_MS / 1000} s`;
   }
 
@@ -92,7 +92,7 @@ function stat(label, value, sub) {
     sub ? h('div', { class: 'stat-sub' }, sub) : null);
 }
 
-function view(r, series, byModel, byInst, month, budget, instLabels) {
+function view(r, series, byModel, byInst, month, budget, instLabels, domain, monthDomain) {
   const t = series.totals;
   const spend = month.totals.billedUSD;
   const pct = budget > 0 ? spend / budget : 0;
@@ -123,9 +123,9 @@ function view(r, series, byModel, byInst, month, budget, instLabels) {
   const instItems = byInst.rows.map((x) => ({ label: instLabels.get(x.key) || x.label || x.key || '(unknown)', value: x.requests }));
   return h('div', { class: 'stack' }, stats,
     h('div', { class: 'grid2' },
-      h('div', { class: 'panel' }, timeChart({ kind: 'bar', caption: 'Requests', slotMs: r.slot, yFormat: (v) => fmtInt(v), series: [{ name: 'requests', points: pts((x) => x.requests) }] })),
+      h('div', { class: 'panel' }, timeChart({ kind: 'bar', caption: 'Requests', slotMs: r.slot, domain, integer: true, yFormat: (v) => fmtInt(v), series: [{ name: 'requests', points: pts((x) => x.requests) }] })),
       h('div', { class: 'panel' }, timeChart({
-        kind: 'line', caption: 'Latency', slotMs: r.slot, yFormat: fmtMs,
+        kind: 'line', caption: 'Latency', slotMs: r.slot, domain, yFormat: fmtMs,
         series: [
           { name: series.totals.p50E2E !== null ? 'E2E p50' : 'E2E mean', points: pts((x) => x.p50E2E ?? x.meanE2E) },
           { name: 'E2E p95', points: pts((x) => x.p95E2E) },
@@ -133,11 +133,11 @@ function view(r, series, byModel, byInst, month, budget, instLabels) {
         ],
       })),
       h('div', { class: 'panel' }, timeChart({
-        kind: 'line', caption: 'Spend this month against the budget', slotMs: 86400e3, yFormat: fmtUSD,
+        kind: 'line', caption: 'Spend this month against the budget', domain: monthDomain, slotMs: 86400e3, yFormat: fmtUSD,
         ref: budget > 0 ? { y: budget, label: `monthly budget ${fmtUSD(budget)}` } : null,
         series: [{ name: 'month-to-date spend (billed)', points: cumulative(month.rows) }],
       })),
-      h('div', { class: 'panel' }, timeChart({ kind: 'line', caption: 'Mean predicted quality', slotMs: r.slot, yFormat: (v) => fmtNum(v, 2), series: [{ name: 'quality', points: pts((x) => x.quality) }] })),
+      h('div', { class: 'panel' }, timeChart({ kind: 'line', caption: 'Mean predicted quality', slotMs: r.slot, domain, yFormat: (v) => fmtNum(v, 2), series: [{ name: 'quality', points: pts((x) => x.quality) }] })),
       h('div', { class: 'panel' }, shareBars(byModel.rows.map((x) => ({ label: x.key || '(unknown)', value: x.requests })), { caption: 'Traffic share per model', format: (v) => `${fmtInt(v)} req` })),
       h('div', { class: 'panel' }, shareBars(instItems, { caption: 'Traffic share per instance', format: (v) => `${fmtInt(v)} req` }))));
 }

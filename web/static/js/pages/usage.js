@@ -34,32 +34,47 @@ export function render(ctx) {
     replace(billingSlot, h('h2', {}, 'Plan and billing'), billingView(b || {}));
   }
 
+  /**
+   * billingView shows billing.Overview: stripe_configured, message, plan,
+   * subscription_status, current_period_end, past_due_since, suspended,
+   * period_start, period_end, usage (a usage row), spend_usd,
+   * meter_events_sent, meter_events_pending.
+   */
   function billingView(b) {
-    const stripe = b.stripe_configured ?? b.stripe_enabled ?? b.stripe ?? false;
-    const sub = b.subscription_status || b.status || (b.subscription && b.subscription.status) || 'none';
+    const stripe = !!b.stripe_configured;
+    const sub = b.subscription_status || 'none';
+    const usage = b.usage || {};
+    const day = (iso) => new Date(iso).toLocaleDateString('en-US', { timeZone: 'UTC', month: 'short', day: 'numeric', year: 'numeric' });
     const rows = [
-      ['Plan', b.plan || b.plan_name || 'free'],
-      ['Subscription', sub],
-      ['Period', b.period_start ? `${new Date(b.period_start).toLocaleDateString()} – ${b.period_end ? new Date(b.period_end).toLocaleDateString() : 'now'}` : 'this calendar month (UTC)'],
-      ['Spend this period', fmtUSD(b.period_spend_usd ?? b.spend_usd ?? b.billed_usd)],
-      ['Requests this period', b.period_requests !== undefined || b.requests !== undefined ? fmtInt(b.period_requests ?? b.requests) : null],
-      ['Monthly budget', b.monthly_budget_usd ? fmtUSD(b.monthly_budget_usd) : null],
-      b.price_per_mtok_usd !== undefined ? ['Price', `${fmtUSD(b.price_per_mtok_usd)} per 1M tokens`] : null,
-    ].filter((r) => r && r[1] !== null && r[1] !== undefined);
+      ['Plan', b.plan || 'none'],
+      ['Subscription', sub + (b.suspended ? ' — inference suspended for non-payment' : '')],
+      b.past_due_since ? ['Past due since', day(b.past_due_since)] : null,
+      ['Billing period', b.period_start ? `${day(b.period_start)} – ${b.period_end ? day(b.period_end) : 'now'}` : 'this calendar month (UTC)'],
+      ['Spend this period', fmtUSD(b.spend_usd)],
+      ['Requests this period', fmtInt(usage.requests || 0)],
+      stripe ? ['Usage reported to Stripe', `${fmtInt(b.meter_events_sent || 0)} hourly meter events sent, ${fmtInt(b.meter_events_pending || 0)} waiting`] : null,
+    ].filter(Boolean);
     const dl = h('dl', { class: 'kv' }, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+    const back = new URLSearchParams(location.search).get('checkout');
+    const backNote = back === 'success'
+      ? h('p', { class: 'alert alert-ok' }, 'Checkout finished. The subscription shows as active once Stripe confirms it (a few seconds).')
+      : back === 'cancelled' ? h('p', { class: 'alert alert-warn' }, 'Checkout was cancelled; nothing was charged.') : null;
     if (!stripe) {
-      return h('div', {}, dl, h('p', { class: 'note' }, h('strong', {}, 'Stripe is not configured on this server. '),
-        'Usage is metered and shown here, but nothing is charged and there is no checkout. The operator enables billing by giving the server a Stripe secret key, webhook secret and price id.'));
+      return h('div', {}, dl, h('p', { class: 'note', id: 'stripe-note' }, h('strong', {}, 'Stripe is not configured on this server. '),
+        b.message || 'Usage is metered and shown here, but nothing is charged and there is no checkout.'));
     }
     const active = ['active', 'trialing'].includes(String(sub).toLowerCase());
-    const btn = h('button', { type: 'button', class: 'btn btn-primary' }, active ? 'Manage subscription in Stripe' : 'Subscribe with Stripe');
+    const btn = h('button', { type: 'button', class: 'btn btn-primary' }, active ? 'Open Stripe Checkout again' : 'Subscribe with Stripe');
     const err = h('p', { class: 'form-error', role: 'alert' });
     btn.addEventListener('click', async () => {
       btn.disabled = true; err.textContent = '';
       try {
-        const r = await ctx.api.post('/billing/checkout', {});
-        const url = r && (r.url || r.checkout_url);
-        if (!url || !/^https:\/\//.test(url)) throw new Error('the server returned no checkout URL');
+        const r = await ctx.api.post('/billing/checkout', {
+          success_url: `${location.origin}/usage?checkout=success`,
+          cancel_url: `${location.origin}/usage?checkout=cancelled`,
+        });
+        const url = r && r.url;
+        if (!url || !/^https?:\/\//.test(url)) throw new Error('the server returned no checkout URL');
         toast('Opening Stripe Checkout…');
         window.location.assign(url);
       } catch (e) {
@@ -67,7 +82,8 @@ export function render(ctx) {
         btn.disabled = false;
       }
     });
-    return h('div', {}, dl, err, h('div', { class: 'actions' }, btn));
+    return h('div', {}, backNote, dl, b.message ? h('p', { class: 'muted small' }, b.message) : null, err,
+      active ? null : h('div', { class: 'actions' }, btn));
   }
 
   async function loadUsage() {
