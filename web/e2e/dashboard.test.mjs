@@ -311,6 +311,39 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
   });
   assert.equal(after.status, 401, 'revoked key is refused');
 
+  // ---- the session refreshes itself before the access token expires ----
+  const before = await page.evaluate(() => JSON.parse(sessionStorage.getItem('routebalance.session')));
+  await page.evaluate(() => {
+    const s = JSON.parse(sessionStorage.getItem('routebalance.session'));
+    s.expires_at = Date.now() + 61_000; // refresh is due one minute before expiry
+    sessionStorage.setItem('routebalance.session', JSON.stringify(s));
+  });
+  await page.reload();
+  const refreshed = await waitFor('the access token to be refreshed', () => page.evaluate((old) => {
+    const s = JSON.parse(sessionStorage.getItem('routebalance.session') || 'null');
+    return s && s.access_token !== old ? s : null;
+  }, before.access_token), { timeoutMs: 15_000 });
+  assert.ok(refreshed.expires_at > Date.now() + 5 * 60_000, 'the new token lives for minutes');
+  assert.ok(Array.isArray((await apiAs(page, base, '/keys')).data), 'the refreshed token works');
+
+  // ---- a dead session ends on 401: back to log-in with a notice --------
+  await page.evaluate(() => {
+    const s = JSON.parse(sessionStorage.getItem('routebalance.session'));
+    s.access_token = 'x.eyJleHAiOjk5OTk5OTk5OTl9.y';
+    s.refresh_token = 'not-a-refresh-token';
+    sessionStorage.setItem('routebalance.session', JSON.stringify(s));
+  });
+  w.expect('GET', /^\/api\/v1\//, 401);
+  w.expect('POST', /^\/api\/v1\/refresh$/, 401);
+  await page.goto(`${base}/usage`);
+  await page.waitForURL('**/login**');
+  await untilText(page, 'main .alert', /session ended/);
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('routebalance.session')), null, 'session cleared');
+  await page.getByLabel('Email').fill(EMAIL);
+  await page.getByLabel('Password').fill(PASSWORD);
+  await page.getByRole('button', { name: 'Log in' }).click();
+  await page.waitForURL('**/usage');
+
   // ---- log out; wrong password and taken email errors ------------------
   await page.getByRole('button', { name: 'Log out' }).click();
   await page.waitForURL('**/login');

@@ -118,14 +118,20 @@ document.addEventListener('click', (e) => {
   navigate(a.getAttribute('href'));
 });
 window.addEventListener('popstate', render);
+let loggingOut = false;
 document.getElementById('logout').addEventListener('click', () => {
+  loggingOut = true;
   session.clear();
+  loggingOut = false;
   toast('Logged out.');
 });
 session.onChange((signed) => {
   const path = location.pathname;
   const route = routes[path];
-  if (!signed && (!route || route.auth !== false)) navigate('/login', { replace: true });
+  if (!signed && (!route || route.auth !== false)) {
+    // An expired session comes back to where it was after logging in again.
+    navigate(loggingOut || !route ? '/login' : `/login?next=${encodeURIComponent(path)}`, { replace: true });
+  }
   else if (signed && route && route.auth === false) return; // the auth page navigates itself
   else updateChrome(path);
 });
