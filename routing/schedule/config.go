@@ -53,6 +53,9 @@ type Config struct {
 	// ExploreConcurrency is how many requests an exploring instance takes at
 	// once while it is preferred (default 1).
 	ExploreConcurrency int
+	// IdleAfter retires a cluster's goroutines and scraper after this long
+	// without requests and with nothing in flight (default 10 min).
+	IdleAfter time.Duration
 }
 
 // BatchConfig controls how waiting requests are grouped into batches.
@@ -103,6 +106,7 @@ func DefaultConfig() Config {
 		StickyTTL:             10 * time.Minute,
 		StickyMax:             100000,
 		ExploreConcurrency:    1,
+		IdleAfter:             10 * time.Minute,
 	}
 }
 
@@ -146,6 +150,7 @@ func (c Config) WithDefaults() Config {
 	setD(&c.StickyTTL, d.StickyTTL)
 	setI(&c.StickyMax, d.StickyMax)
 	setI(&c.ExploreConcurrency, d.ExploreConcurrency)
+	setD(&c.IdleAfter, d.IdleAfter)
 	return c
 }
 
@@ -170,8 +175,8 @@ func (c Config) Validate() error {
 	if c.PriorTPOT < 0 || c.PriorTPOTPerSeq < 0 || c.PriorTTFT < 0 || c.PriorPrefillPerToken < 0 || c.StickyTTL < 0 || c.StickyMax < 0 {
 		errs = append(errs, errors.New("schedule: prior latencies, sticky TTL and sticky max must be >= 0"))
 	}
-	if c.ExploreConcurrency < 0 {
-		errs = append(errs, errors.New("schedule: explore concurrency must be >= 0"))
+	if c.ExploreConcurrency < 0 || c.IdleAfter < 0 {
+		errs = append(errs, errors.New("schedule: explore concurrency and idle-after must be >= 0"))
 	}
 	return errors.Join(errs...)
 }

@@ -843,6 +843,23 @@ func (c *Core) Release(now time.Time, t *Ticket, o routing.Outcome) {
 	}
 }
 
+// busy reports whether any request is admitted or queued.
+func (c *Core) busy() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, q := range c.queues {
+		if q.Len() > 0 {
+			return true
+		}
+	}
+	for _, m := range c.fleet.Members() {
+		if c.fleet.InFlight(m) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // SetRequeue installs the hook that takes back the tickets queued on an
 // instance that a failed request just ejected: they are undecided again and
 // must be passed to Assign. It is called outside the core's lock. Without a

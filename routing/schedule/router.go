@@ -35,7 +35,14 @@ type runner struct {
 	version int64            // newest version seen
 	wake    chan struct{}
 	stopped bool
-	batch   []*Ticket // owner's scratch
+	// assigning is true while the owner computes a batch taken from
+	// pending.
+	assigning bool
+	// lastUse is when a request was last submitted (clock time).
+	lastUse time.Time
+	// cancel stops the runner's goroutines; nil until they start.
+	cancel context.CancelFunc
+	batch  []*Ticket // owner's scratch
 }
 
 // NewRouter returns a router. It routes once Run is running.
@@ -65,23 +72,30 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 		wg.Wait()
 	}()
+	sweep := time.NewTicker(max(r.cfg.IdleAfter/4, time.Second))
+	defer sweep.Stop()
 	for {
 		r.mu.Lock()
 		starting := r.starting
 		r.starting = nil
 		r.mu.Unlock()
 		for _, run := range starting {
+			rctx, cancel := context.WithCancel(ctx)
+			run.mu.Lock()
+			run.cancel = cancel
+			run.mu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				run.loop(ctx)
+				defer cancel()
+				run.loop(rctx)
 			}()
 			if !r.deps.NoScrape {
 				sc := fleet.NewScraper(run.core.Fleet(), r.deps.HTTPClient, r.deps.Clock, r.deps.Logger)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					sc.Run(ctx)
+					sc.Run(rctx)
 				}()
 			}
 		}
@@ -89,8 +103,43 @@ func (r *Router) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-r.wake:
+		case <-sweep.C:
+			r.sweepIdle(r.deps.Clock.Now())
 		}
 	}
+}
+
+// sweepIdle stops and forgets the clusters that received no request for
+// Config.IdleAfter and have nothing in flight, queued or pending (a
+// deleted cluster stops being scraped). A later request for such a cluster
+// builds it afresh.
+func (r *Router) sweepIdle(now time.Time) {
+	var idle []*runner
+	r.mu.Lock()
+	for id, run := range r.clusters {
+		if run.retireIfIdle(now, r.cfg.IdleAfter) {
+			delete(r.clusters, id)
+			idle = append(idle, run)
+		}
+	}
+	r.mu.Unlock()
+	for _, run := range idle {
+		run.log.Debug("idle cluster retired")
+		run.cancel()
+	}
+}
+
+// retireIfIdle marks the runner stopped when it has been idle for at least
+// d with nothing pending or in flight, and reports whether it did.
+func (run *runner) retireIfIdle(now time.Time, d time.Duration) bool {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if run.stopped || run.cancel == nil || run.assigning || len(run.pending) > 0 || run.latest != nil ||
+		now.Sub(run.lastUse) < d || run.core.busy() {
+		return false
+	}
+	run.stopped = true
+	return true
 }
 
 // Route blocks until req is admitted on one instance of cluster c, and
@@ -115,8 +164,12 @@ func (r *Router) Route(ctx context.Context, c *routing.Cluster, req *routing.Req
 	}
 	done := make(chan struct{})
 	t := &Ticket{Req: req, Notify: func(*Ticket) { close(done) }}
-	if !run.submit(c, t) {
-		return nil, routing.ErrClosed
+	for !run.submit(c, t, r.deps.Clock.Now()) {
+		// The runner was retired as idle just now: build a new one (or
+		// learn that the router is closed).
+		if run, err = r.runner(c); err != nil {
+			return nil, err
+		}
 	}
 	select {
 	case <-done:
@@ -148,7 +201,7 @@ func (r *Router) runner(c *routing.Cluster) (*runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	run := &runner{core: core, log: r.deps.Logger.With(slog.String("cluster", c.ID)), version: c.Version, wake: make(chan struct{}, 1)}
+	run := &runner{core: core, log: r.deps.Logger.With(slog.String("cluster", c.ID)), version: c.Version, wake: make(chan struct{}, 1), lastUse: r.deps.Clock.Now()}
 	core.SetRequeue(run.requeue)
 	r.clusters[c.ID] = run
 	r.starting = append(r.starting, run)
@@ -167,12 +220,13 @@ func cloneCluster(c *routing.Cluster) *routing.Cluster {
 
 // submit queues t for the next batch, noting a newer cluster version. It
 // reports false when the runner has stopped.
-func (run *runner) submit(c *routing.Cluster, t *Ticket) bool {
+func (run *runner) submit(c *routing.Cluster, t *Ticket, now time.Time) bool {
 	run.mu.Lock()
 	if run.stopped {
 		run.mu.Unlock()
 		return false
 	}
+	run.lastUse = now
 	if c.Version != run.version {
 		run.version = c.Version
 		run.latest = cloneCluster(c)
@@ -247,12 +301,16 @@ func (run *runner) step(ctx context.Context) bool {
 	rest := copy(run.pending, run.pending[n:])
 	clear(run.pending[rest:])
 	run.pending = run.pending[:rest]
+	run.assigning = n > 0
 	run.mu.Unlock()
 	if n == 0 {
 		return false
 	}
 	run.core.Assign(ctx, now, run.batch)
 	clear(run.batch)
+	run.mu.Lock()
+	run.assigning = false
+	run.mu.Unlock()
 	return true
 }
 

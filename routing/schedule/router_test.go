@@ -468,3 +468,32 @@ func TestEjectionRequeues(t *testing.T) {
 		t.Errorf("counters (-want +got):\n%s", diff)
 	}
 }
+
+// TestIdleClusterRetired: a cluster with nothing in flight and no request
+// for IdleAfter is retired (its goroutines stop); one with a request in
+// flight is kept; a later request builds it again.
+func TestIdleClusterRetired(t *testing.T) {
+	r, clock := startRouter(t, Config{IdleAfter: time.Minute}, Deps{})
+	busy, idle := testCluster(PolicyShortestQueue, 1), testCluster(PolicyShortestQueue, 1)
+	busy.ID, idle.ID = "busy", "idle"
+	held := route(t, r, busy, &routing.Request{ID: "held"})
+	route(t, r, idle, &routing.Request{ID: "done"}).Release(routing.Outcome{})
+	r.sweepIdle(clock.Now())
+	if r.State("idle") == nil {
+		t.Fatal("cluster retired before IdleAfter")
+	}
+	clock.Advance(2 * time.Minute)
+	r.sweepIdle(clock.Now())
+	if r.State("idle") != nil {
+		t.Error("idle cluster not retired")
+	}
+	if r.State("busy") == nil {
+		t.Error("cluster with a request in flight retired")
+	}
+	held.Release(routing.Outcome{})
+	a := route(t, r, idle, &routing.Request{ID: "again"})
+	if a.Instance.ID != "i0" {
+		t.Errorf("rebuilt cluster chose %s", a.Instance.ID)
+	}
+	a.Release(routing.Outcome{})
+}
