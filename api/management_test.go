@@ -264,7 +264,11 @@ func forge(header, payload string) string {
 // TestBadInputs sends bad requests to the real app and checks status, envelope
 // and message.
 func TestBadInputs(t *testing.T) {
-	e := newEnv(t, dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)}, false, nil)
+	dbtest.Each(t, testBadInputs)
+}
+
+func testBadInputs(t *testing.T, db dbtest.Engine) {
+	e := newEnv(t, db, false, nil)
 	_, tokA, refreshA := e.signup("a@example.com")
 	_, tokB, _ := e.signup("b@example.com")
 	ca := e.do("POST", "/api/v1/clusters", tokA, map[string]any{"name": "a"}).str("id")
@@ -340,6 +344,8 @@ func TestBadInputs(t *testing.T) {
 		{"unknown POST under /v1", "POST", "/v1/nothing/at/all", "", map[string]any{}, 404, typeNotFound, "no route"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			e := *e
+			e.t = t
 			r := e.do(tc.method, tc.path, tc.tok, tc.body)
 			if r.status != tc.status {
 				t.Fatalf("status %d, want %d: %s", r.status, tc.status, r.raw)
