@@ -40,6 +40,16 @@ type Meter interface {
 	Record(ev billing.UsageEvent)
 }
 
+// SpendGuard is the spend control run before routing. Check returns an
+// error matching billing.ErrBudgetExceeded (a tenant or key monthly budget
+// is spent) or billing.ErrPaymentRequired (the subscription is unpaid past
+// its grace period), both answered 402, or nil to proceed. It must be
+// cheap (no database round trip) and safe for concurrent use.
+// billing.Guard implements it.
+type SpendGuard interface {
+	Check(l billing.Limits) error
+}
+
 // QualityObserver learns from a client's quality score of a served
 // request: the prompt, the model that answered and the score in [0,1].
 // It must be safe for concurrent use and must not block for long.
@@ -104,13 +114,14 @@ func (c InferenceConfig) withDefaults() InferenceConfig {
 
 // InferenceDeps are the inference API's collaborators. Keys and Router are
 // required for completions (without them the endpoints answer 503); Proxy
-// defaults to a proxy with default settings; Meter and Quality are
-// optional (no metering; /v1/feedback answers 501).
+// defaults to a proxy with default settings; Meter, Spend and Quality are
+// optional (no metering, no spend check, /v1/feedback answers 501).
 type InferenceDeps struct {
 	Keys    KeyResolver
 	Router  Router
 	Proxy   *proxy.Proxy
 	Meter   Meter
+	Spend   SpendGuard
 	Quality QualityObserver
 	// Clock stamps arrivals and usage events (default the wall clock).
 	Clock routing.Clock

@@ -104,29 +104,6 @@ func sendParamError(c *fiber.Ctx, err error) error {
 	return sendError(c, http.StatusBadRequest, typeInvalidRequest, "", "", err.Error())
 }
 
-// clusterOf converts a principal's cluster to the scheduler's value.
-func clusterOf(p *tenants.Principal) (*routing.Cluster, bool) {
-	if p.Cluster == nil {
-		return nil, false
-	}
-	c := &routing.Cluster{
-		ID: p.Cluster.ID, TenantID: p.Tenant.ID, Version: p.Version, Policy: p.Cluster.Policy,
-		Instances: make([]routing.Instance, len(p.Instances)),
-	}
-	for i, in := range p.Instances {
-		q := in.QualityPrior
-		if q == 0 {
-			q = 0.5
-		}
-		c.Instances[i] = routing.Instance{
-			ID: in.ID, BaseURL: in.BaseURL, Model: in.Model, GPU: in.GPU, TensorParallel: in.TensorParallel,
-			PriceInPerMTok: in.PriceInPerMTok, PriceOutPerMTok: in.PriceOutPerMTok,
-			MaxConcurrency: in.MaxConcurrency, QualityPrior: q, APIKey: in.APIKey, Disabled: in.Disabled,
-		}
-	}
-	return c, true
-}
-
 // servedModels lists the distinct models of a cluster's enabled instances.
 func servedModels(c *routing.Cluster) []string {
 	seen := map[string]bool{}
@@ -231,7 +208,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 		if err != nil {
 			return sendParamError(c, err)
 		}
-		cl, ok := clusterOf(p)
+		cl, ok := p.RoutingCluster()
 		if !ok {
 			return sendError(c, http.StatusBadRequest, typeInvalidRequest, "no_cluster", "",
 				"this API key's tenant has no cluster; register one with POST /api/v1/clusters")
@@ -239,6 +216,9 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 		x.cluster = cl
 		if h.deps.Router == nil {
 			return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "not_configured", "", "no router is configured on this server")
+		}
+		if refused, err := h.checkSpend(c, p); refused {
+			return err
 		}
 		slo := resolveSLO(&body.rb, p)
 		req := &routing.Request{
@@ -290,7 +270,9 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 				x.release(routing.Outcome{Err: err, Upstream: true})
 				if attempt == 0 {
 					firstErr = err
-					req.Exclude = append(req.Exclude, a.Instance.ID)
+					retry := *req // the first ticket may still refer to req
+					retry.Exclude = append(append([]string(nil), req.Exclude...), a.Instance.ID)
+					req = &retry
 					c.Set(hdrFailedOver, a.Instance.ID)
 					continue
 				}
@@ -476,10 +458,34 @@ func (h *inference) models(c *fiber.Ctx) error {
 		created = p.Cluster.CreatedAt.Unix()
 	}
 	data := []model{{ID: "auto", Object: "model", Created: created, OwnedBy: "routebalance"}}
-	if cl, ok := clusterOf(p); ok {
+	if cl, ok := p.RoutingCluster(); ok {
 		for _, m := range servedModels(cl) {
 			data = append(data, model{ID: m, Object: "model", Created: created, OwnedBy: "routebalance"})
 		}
 	}
 	return c.JSON(fiber.Map{"object": "list", "data": data})
+}
+
+// checkSpend runs the spend guard (when one is wired). When it refuses,
+// the answer (402, or 500 when the check itself failed) is written and
+// refused is true.
+func (h *inference) checkSpend(c *fiber.Ctx, p *tenants.Principal) (refused bool, _ error) {
+	if h.deps.Spend == nil {
+		return false, nil
+	}
+	l := billing.Limits{TenantID: p.Tenant.ID, KeyID: p.Key.ID, TenantMonthlyUSD: p.Settings.SLO.MonthlyBudgetUSD}
+	if p.Key.SLO != nil {
+		l.KeyMonthlyUSD = p.Key.SLO.MonthlyBudgetUSD
+	}
+	err := h.deps.Spend.Check(l)
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, billing.ErrBudgetExceeded):
+		return true, sendError(c, http.StatusPaymentRequired, typeInsufficient, "budget_exceeded", "", err.Error())
+	case errors.Is(err, billing.ErrPaymentRequired):
+		return true, sendError(c, http.StatusPaymentRequired, typeInsufficient, "payment_required", "", err.Error())
+	}
+	h.log.Error("spend check", slog.String("tenant_id", p.Tenant.ID), slog.String("error", err.Error()))
+	return true, sendError(c, http.StatusInternalServerError, typeServer, "", "", "could not check the spend limit; try again")
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
+	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/tenants"
 )
 
@@ -44,26 +45,26 @@ func (k *keyTable) ResolveKey(_ context.Context, secret string) (*tenants.Princi
 }
 
 // testRouter is a small shortest-queue router (fewest in flight, ties to
-// the earliest instance) that counts grants and releases.
+// the earliest instance) with injectable failures; countingRouter wraps it
+// (or the real schedule.Router) to count grants and releases.
 type testRouter struct {
 	mu       sync.Mutex
 	err      error
 	inflight map[string]int
-	granted  int
-	released int
-	outcomes []routing.Outcome
-	requests []routing.Request
 	onToken  func(n int)
 }
 
 func newTestRouter() *testRouter { return &testRouter{inflight: map[string]int{}} }
 
+func (r *testRouter) setErr(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.err = err
+}
+
 func (r *testRouter) Route(ctx context.Context, c *routing.Cluster, req *routing.Request) (*routing.Assignment, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cp := *req
-	cp.Exclude = append([]string(nil), req.Exclude...)
-	r.requests = append(r.requests, cp)
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -93,7 +94,6 @@ func (r *testRouter) Route(ctx context.Context, c *routing.Cluster, req *routing
 		return nil, routing.ErrNoHealthyInstance
 	}
 	r.inflight[best.ID]++
-	r.granted++
 	id := best.ID
 	d := routing.Decision{Instance: *best, Policy: "test-shortest-queue", BatchSize: 1, DecisionTime: 7 * time.Microsecond,
 		PredictedQuality: 0.625, PredictedE2E: 1500 * time.Millisecond, PredictedCostUSD: 0.0002, Relaxed: []string{"ttft"}}
@@ -102,8 +102,6 @@ func (r *testRouter) Route(ctx context.Context, c *routing.Cluster, req *routing
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.inflight[id]--
-		r.released++
-		r.outcomes = append(r.outcomes, o)
 	}, func(n int) {
 		if onToken != nil {
 			onToken(n)
@@ -111,26 +109,79 @@ func (r *testRouter) Route(ctx context.Context, c *routing.Cluster, req *routing
 	}), nil
 }
 
-// settled waits until every granted assignment was released and returns
-// the counts.
-func (r *testRouter) settled(t *testing.T) (granted, released int, outcomes []routing.Outcome) {
+// inFlight reports the requests the router still counts per instance.
+func (r *testRouter) inFlight() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for id, n := range r.inflight {
+		out[id] = n
+	}
+	return out
+}
+
+// countingRouter wraps a Router and counts what passes: requests, grants,
+// releases and their outcomes. routing.Assignment forwards only the first
+// Release, so released == granted after settling means every assignment
+// was released once and none leaked.
+type countingRouter struct {
+	inner    Router
+	inFlight func() map[string]int // the inner router's own counters
+
+	mu       sync.Mutex
+	granted  int
+	released int
+	outcomes []routing.Outcome
+	requests []routing.Request
+}
+
+func (r *countingRouter) Route(ctx context.Context, c *routing.Cluster, req *routing.Request) (*routing.Assignment, error) {
+	r.mu.Lock()
+	cp := *req
+	cp.Exclude = append([]string(nil), req.Exclude...)
+	r.requests = append(r.requests, cp)
+	r.mu.Unlock()
+	a, err := r.inner.Route(ctx, c, req)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.granted++
+	r.mu.Unlock()
+	return routing.NewAssignment(a.Decision, func(o routing.Outcome) {
+		r.mu.Lock()
+		r.released++
+		r.outcomes = append(r.outcomes, o)
+		r.mu.Unlock()
+		a.Release(o)
+	}, a.Progress), nil
+}
+
+// settled waits until every granted assignment was released, checks that
+// the inner router counts nothing in flight, and returns the counts.
+func (r *countingRouter) settled(t *testing.T) (granted, released int, outcomes []routing.Outcome) {
 	t.Helper()
 	waitFor(t, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.released >= r.granted
 	}, "every assignment to be released")
+	if r.inFlight != nil {
+		waitFor(t, func() bool {
+			for _, n := range r.inFlight() {
+				if n != 0 {
+					return false
+				}
+			}
+			return true
+		}, "the router's in-flight counters to return to zero")
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for id, n := range r.inflight {
-		if n != 0 {
-			t.Errorf("instance %s has %d in flight after settling", id, n)
-		}
-	}
 	return r.granted, r.released, append([]routing.Outcome(nil), r.outcomes...)
 }
 
-func (r *testRouter) lastRequest() routing.Request {
+func (r *countingRouter) lastRequest() routing.Request {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.requests[len(r.requests)-1]
@@ -181,10 +232,12 @@ const (
 	otherKey   = "rb_other_tenant"
 )
 
-// env is a running api server with a cluster of fake vLLM instances.
+// infEnv is a running api server with a cluster of fake vLLM instances.
 type infEnv struct {
 	url     string
-	router  *testRouter
+	router  *countingRouter
+	fake    *testRouter      // the test router, unless realRouter
+	real    *schedule.Router // the scheduler's router when realRouter
 	meter   *meterLog
 	keys    *keyTable
 	quality *qualityLog
@@ -192,9 +245,12 @@ type infEnv struct {
 }
 
 type envOpts struct {
-	instances []tenants.Instance
-	quality   bool
-	bodyLimit int
+	instances  []tenants.Instance
+	quality    bool
+	bodyLimit  int
+	realRouter bool
+	policy     string
+	spend      SpendGuard
 }
 
 func principal(tenantID string, instances []tenants.Instance) *tenants.Principal {
@@ -209,13 +265,27 @@ func principal(tenantID string, instances []tenants.Instance) *tenants.Principal
 
 func newInfEnv(t *testing.T, o envOpts) *infEnv {
 	t.Helper()
-	e := &infEnv{router: newTestRouter(), meter: &meterLog{}}
+	e := &infEnv{meter: &meterLog{}}
 	e.p = principal("t1", o.instances)
+	e.p.Cluster.Policy.Name = o.policy
+	if o.realRouter {
+		e.real = startRouter(t)
+		e.router = &countingRouter{inner: e.real, inFlight: func() map[string]int {
+			out := map[string]int{}
+			for _, st := range e.real.State(e.p.Cluster.ID) {
+				out[st.ID] = st.InFlight
+			}
+			return out
+		}}
+	} else {
+		e.fake = newTestRouter()
+		e.router = &countingRouter{inner: e.fake, inFlight: e.fake.inFlight}
+	}
 	e.keys = &keyTable{
 		keys:    map[string]*tenants.Principal{testKey: e.p, revokedKey: e.p, otherKey: principal("t2", o.instances)},
 		revoked: map[string]bool{revokedKey: true},
 	}
-	deps := InferenceDeps{Keys: e.keys, Router: e.router, Meter: e.meter}
+	deps := InferenceDeps{Keys: e.keys, Router: e.router, Meter: e.meter, Spend: o.spend}
 	if o.quality {
 		e.quality = &qualityLog{}
 		deps.Quality = e.quality
@@ -235,6 +305,26 @@ func newInfEnv(t *testing.T, o envOpts) *infEnv {
 	t.Cleanup(func() { _ = s.App().ShutdownWithTimeout(5 * time.Second) })
 	e.url = "http://" + ln.Addr().String()
 	return e
+}
+
+// startRouter runs the scheduler's Router until the test ends.
+func startRouter(t *testing.T) *schedule.Router {
+	t.Helper()
+	r, err := schedule.NewRouter(schedule.Config{}, schedule.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return r
 }
 
 func inst(id, url, model string) tenants.Instance {
@@ -355,7 +445,7 @@ func TestSDKChatCompletion(t *testing.T) {
 
 func TestSDKCompletion(t *testing.T) {
 	up := vllmtest.New(t, vllmtest.Config{Model: "qwen-1b", Tokens: 3})
-	e := newInfEnv(t, envOpts{instances: []tenants.Instance{inst("i1", up.URL, "qwen-1b")}})
+	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "qwen-1b")}})
 	c := e.client()
 	got, err := c.Completions.New(context.Background(), openai.CompletionNewParams{
 		Model:  "qwen-1b",
@@ -374,7 +464,7 @@ func TestSDKCompletion(t *testing.T) {
 
 func TestSDKChatStream(t *testing.T) {
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 5})
-	e := newInfEnv(t, envOpts{instances: []tenants.Instance{inst("i1", up.URL, "m")}})
+	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
 	for _, tc := range []struct {
 		name      string
 		withUsage bool
@@ -426,7 +516,7 @@ func TestSDKChatStream(t *testing.T) {
 
 func TestSDKErrorUnknownModel(t *testing.T) {
 	up := vllmtest.New(t, vllmtest.Config{Model: "m"})
-	e := newInfEnv(t, envOpts{instances: []tenants.Instance{inst("i1", up.URL, "m")}})
+	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
 	c := e.client()
 	_, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
 		Model: "gpt-9", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
@@ -538,39 +628,56 @@ func TestInferenceBadInputs(t *testing.T) {
 func TestFailOverOnRefusedConnection(t *testing.T) {
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 2})
 	dead := vllmtest.RefusedURL(t)
-	e := newInfEnv(t, envOpts{instances: []tenants.Instance{inst("dead", dead, "m"), inst("live", up.URL, "m")}})
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
-			resp, out := e.post(t, "/v1/chat/completions", testKey, body, nil)
-			if resp.StatusCode != 200 || resp.Header.Get(hdrInstance) != "live" || resp.Header.Get(hdrFailedOver) != "dead" {
-				t.Fatalf("status %d instance %q failed-over %q body %s", resp.StatusCode, resp.Header.Get(hdrInstance), resp.Header.Get(hdrFailedOver), out)
+			// Round-robin over [dead, live] sends one of the first two
+			// requests to the dead instance first.
+			e := newInfEnv(t, envOpts{realRouter: true, policy: "round-robin",
+				instances: []tenants.Instance{inst("dead", dead, "m"), inst("live", up.URL, "m")}})
+			failovers := 0
+			for i := 0; i < 2; i++ {
+				body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+				resp, out := e.post(t, "/v1/chat/completions", testKey, body, nil)
+				if resp.StatusCode != 200 || resp.Header.Get(hdrInstance) != "live" || !strings.Contains(out, "w1") {
+					t.Fatalf("request %d: status %d instance %q body %s", i, resp.StatusCode, resp.Header.Get(hdrInstance), out)
+				}
+				if fo := resp.Header.Get(hdrFailedOver); fo != "" {
+					failovers++
+					if fo != "dead" {
+						t.Errorf("failed over from %q", fo)
+					}
+					if ex := e.router.lastRequest().Exclude; len(ex) != 1 || ex[0] != "dead" {
+						t.Errorf("retry excluded %v, want [dead]", ex)
+					}
+				}
 			}
-			if !strings.Contains(out, "w1") {
-				t.Errorf("body %s", out)
+			if failovers == 0 {
+				t.Error("no request failed over")
 			}
-			if ex := e.router.lastRequest().Exclude; len(ex) != 1 || ex[0] != "dead" {
-				t.Errorf("retry excluded %v, want [dead]", ex)
+			g, r, outs := e.router.settled(t)
+			if g != 2+failovers || r != g {
+				t.Fatalf("granted %d released %d, want %d each", g, r, 2+failovers)
+			}
+			unreachable := 0
+			for _, o := range outs {
+				if errors.Is(o.Err, proxy.ErrUnreachable) && o.Upstream {
+					unreachable++
+				} else if o.Err != nil {
+					t.Errorf("outcome %+v", o)
+				}
+			}
+			if unreachable != failovers {
+				t.Errorf("%d unreachable outcomes, want %d", unreachable, failovers)
+			}
+			if n := len(e.meter.events()); n != 2 {
+				t.Errorf("%d usage events, want one per request", n)
 			}
 		})
-	}
-	g, r, outs := e.router.settled(t)
-	if g != 4 || r != 4 {
-		t.Fatalf("granted %d released %d, want 4 4", g, r)
-	}
-	for i, o := range outs {
-		failed := i%2 == 0 // each request: dead first, then live
-		if failed != errors.Is(o.Err, proxy.ErrUnreachable) || failed != o.Upstream {
-			t.Errorf("outcome %d: err %v upstream %v", i, o.Err, o.Upstream)
-		}
-	}
-	if n := len(e.meter.events()); n != 2 {
-		t.Errorf("%d usage events, want one per request", n)
 	}
 }
 
 func TestAllInstancesRefuse(t *testing.T) {
-	e := newInfEnv(t, envOpts{instances: []tenants.Instance{inst("a", vllmtest.RefusedURL(t), "m"), inst("b", vllmtest.RefusedURL(t), "m")}})
+	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("a", vllmtest.RefusedURL(t), "m"), inst("b", vllmtest.RefusedURL(t), "m")}})
 	resp, body := e.post(t, "/v1/chat/completions", testKey, `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if env := decodeEnvelope(t, body); resp.StatusCode != 502 || str(env.Error.Code) != "upstream_unreachable" {
 		t.Fatalf("status %d body %s", resp.StatusCode, body)
@@ -582,7 +689,7 @@ func TestAllInstancesRefuse(t *testing.T) {
 }
 
 func TestOnlyInstanceRefusesNoRetryTarget(t *testing.T) {
-	e := newInfEnv(t, envOpts{instances: []tenants.Instance{inst("a", vllmtest.RefusedURL(t), "m")}})
+	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("a", vllmtest.RefusedURL(t), "m")}})
 	resp, body := e.post(t, "/v1/chat/completions", testKey, `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if env := decodeEnvelope(t, body); resp.StatusCode != 502 || str(env.Error.Code) != "upstream_unreachable" {
 		t.Fatalf("status %d body %s", resp.StatusCode, body)
@@ -635,7 +742,7 @@ func TestUpstreamErrorStatus(t *testing.T) {
 
 func TestMidStreamDeath(t *testing.T) {
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 10, DieAfter: 3})
-	e := newInfEnv(t, envOpts{instances: []tenants.Instance{inst("i1", up.URL, "m")}})
+	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
 	c := e.client()
 	stream := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
 		Model: "auto", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
@@ -679,7 +786,7 @@ func TestClientCancelPropagatesUpstream(t *testing.T) {
 				defer close(cfg.Hold)
 			}
 			up := vllmtest.New(t, cfg)
-			e := newInfEnv(t, envOpts{instances: []tenants.Instance{inst("i1", up.URL, "m")}})
+			e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			body := fmt.Sprintf(`{"model":"auto","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, tc.stream)
@@ -765,7 +872,7 @@ func TestBudgetStopsStream(t *testing.T) {
 func TestReleasedExactlyOnceOnPanic(t *testing.T) {
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 5})
 	e := newInfEnv(t, envOpts{instances: []tenants.Instance{inst("i1", up.URL, "m")}})
-	e.router.onToken = func(n int) {
+	e.fake.onToken = func(n int) {
 		if n == 2 {
 			panic("estimator bug")
 		}
@@ -780,7 +887,7 @@ func TestReleasedExactlyOnceOnPanic(t *testing.T) {
 	}
 	waitFor(t, func() bool { return len(e.meter.events()) == 1 }, "the usage event")
 	// The server is still serving.
-	e.router.onToken = nil
+	e.fake.onToken = nil
 	if resp, body := e.post(t, "/v1/chat/completions", testKey, `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
 		t.Errorf("after the panic: status %d %s", resp.StatusCode, body)
 	}
@@ -800,9 +907,7 @@ func TestRouterErrors(t *testing.T) {
 		{routing.ErrClosed, 503, "shutting_down", ""},
 		{errors.New("boom"), 500, "", ""},
 	} {
-		e.router.mu.Lock()
-		e.router.err = tc.err
-		e.router.mu.Unlock()
+		e.fake.setErr(tc.err)
 		resp, body := e.post(t, "/v1/chat/completions", testKey, `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil)
 		env := decodeEnvelope(t, body)
 		if resp.StatusCode != tc.status || str(env.Error.Code) != tc.code || resp.Header.Get("Retry-After") != tc.retryAfter {

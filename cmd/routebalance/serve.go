@@ -391,7 +391,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	workers.Go(func() error { return meter.Run(bg) })
 
-	deps.Inference = api.InferenceDeps{Keys: svc, Router: router, Proxy: px, Meter: meter}
+	deps.Inference = api.InferenceDeps{Keys: svc, Router: router, Proxy: px, Meter: meter, Spend: guard}
 	if knn != nil {
 		deps.Inference.Quality = knn // POST /v1/feedback teaches the index
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -397,6 +398,22 @@ func TestOpenClassifiesFailures(t *testing.T) {
 			t.Fatalf("err %#v", err)
 		}
 	})
+}
+
+func TestDialControlRefusesAddress(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{})
+	refuse := errors.New("address not allowed")
+	p, err := New(Config{}, Deps{Control: func(network, address string, _ syscall.RawConn) error { return refuse }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Open(context.Background(), instance(up.URL), &Call{Endpoint: Chat, Body: rawBody(t, `{"model":"m"}`)})
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, refuse) {
+		t.Fatalf("err %v, want the dial refusal as unreachable", err)
+	}
+	if len(up.Requests()) != 0 {
+		t.Error("the request reached the upstream")
+	}
 }
 
 func TestClientCancelBeforeHeadersReachesUpstream(t *testing.T) {

@@ -66,6 +66,7 @@ type Server struct {
 	arrived   chan struct{}
 	cancelled atomic.Int64
 	finished  atomic.Int64
+	running   atomic.Int64
 }
 
 // New starts a Server and stops it when the test ends.
@@ -83,6 +84,7 @@ func New(t testing.TB, cfg Config) *Server {
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, false) })
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("GET /metrics", s.metrics)
 	s.srv = httptest.NewServer(mux)
 	s.URL = s.srv.URL
 	t.Cleanup(s.srv.Close)
@@ -119,6 +121,15 @@ func (s *Server) Cancelled() int64 { return s.cancelled.Load() }
 // Finished is how many requests were answered completely.
 func (s *Server) Finished() int64 { return s.finished.Load() }
 
+// metrics serves the vLLM gauges a router scrapes.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	m := fmt.Sprintf("{model_name=%q}", s.cfg.Model)
+	fmt.Fprintf(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running%s %d\n", m, s.running.Load())
+	fmt.Fprintf(w, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting%s 0\n", m)
+	fmt.Fprintf(w, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc%s 0.0\n", m)
+}
+
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"object": "list",
@@ -150,6 +161,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	case s.arrived <- struct{}{}:
 	default:
 	}
+	s.running.Add(1)
+	defer s.running.Add(-1)
 	if s.cfg.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.cfg.APIKey {
 		vllmError(w, http.StatusUnauthorized, "Unauthorized", "invalid upstream API key")
 		return
