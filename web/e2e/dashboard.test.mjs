@@ -369,6 +369,6 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
   await page.waitForURL('**/overview');
   assert.equal(await page.locator('#nav').isVisible(), true, 'still signed in after a reload');
 
-  assert.deepEqual(layout, [], 'layout overflow');
+  assert.deepEqual(layout, [], 'layout overflow or unlabelled controls');
   assert.deepEqual(w.check(), [], 'console errors, page errors or unexpected HTTP errors');
 });

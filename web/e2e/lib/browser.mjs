@@ -71,11 +71,22 @@ export const SHOTS = path.resolve(path.dirname(new URL(import.meta.url).pathname
 
 /**
  * shoot saves full-page screenshots of the current page at 1440 and 375 px
- * and fails when the page is wider than the viewport (broken layout).
+ * and reports a page wider than the viewport (broken layout) or a form
+ * control without an accessible name.
  */
 export async function shoot(page, name) {
   fs.mkdirSync(SHOTS, { recursive: true });
   const out = [];
+  // Every visible form control needs an accessible name: a <label>, an
+  // aria-label/-labelledby, or (buttons) its text.
+  const unlabelled = await page.evaluate(() => [...document.querySelectorAll('input, select, textarea, button')]
+    .filter((el) => el.type !== 'hidden' && el.getClientRects().length > 0)
+    .filter((el) => {
+      const label = el.labels && [...el.labels].map((l) => l.textContent.trim()).join('');
+      return !(label || el.getAttribute('aria-label') || el.getAttribute('aria-labelledby') || (el.tagName === 'BUTTON' && el.textContent.trim()));
+    })
+    .map((el) => el.outerHTML.slice(0, 120)));
+  for (const u of unlabelled) out.push(`${name}: control without a label: ${u}`);
   for (const width of [1440, 375]) {
     await page.setViewportSize({ width, height: width > 1000 ? 900 : 812 });
     await page.evaluate(() => window.scrollTo(0, 0));
