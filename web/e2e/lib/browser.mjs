@@ -89,7 +89,8 @@ export async function shoot(page, name) {
   for (const u of unlabelled) out.push(`${name}: control without a label: ${u}`);
   for (const width of [1440, 375]) {
     await page.setViewportSize({ width, height: width > 1000 ? 900 : 812 });
-    await page.evaluate(() => window.scrollTo(0, 0));
+    // A transient toast would cover content in a full-page picture.
+    await page.evaluate(() => { window.scrollTo(0, 0); document.getElementById('toast')?.classList.remove('show'); });
     await page.waitForTimeout(250); // let ResizeObserver redraw charts
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     if (overflow > 1) out.push(`${name} at ${width}px is ${overflow}px wider than the viewport`);
