@@ -147,6 +147,13 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
     await page.locator('form.instance-form button[type="submit"]').click();
     await untilText(page, 'table.table tbody', new RegExp(inst.model.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
   }
+  // Edit the first instance: a new max concurrency.
+  const first = instances[0];
+  await page.getByRole('button', { name: `Edit ${first.model} at ${first.url}` }).click();
+  await page.getByRole('heading', { name: `Edit ${first.model}` }).waitFor();
+  await page.getByLabel('Max concurrency').fill('24');
+  await page.getByRole('button', { name: 'Save changes' }).click();
+  await untilText(page, `table.table tbody tr:has-text("${first.url}") td:nth-child(7)`, /^24$/);
   // Disable and re-enable the second instance.
   const second = instances[1];
   await page.getByRole('button', { name: `Disable ${second.model} at ${second.url}` }).click();

@@ -4,6 +4,7 @@
 import { Session } from './session.js';
 import { createApi } from './api.js';
 import { h, replace, toast } from './dom.js';
+import { rememberCluster } from './data.js';
 
 const routes = {
   '/login': { load: () => import('./pages/auth.js').then((m) => m.login), auth: false, title: 'Log in' },
@@ -121,6 +122,7 @@ window.addEventListener('popstate', render);
 let loggingOut = false;
 document.getElementById('logout').addEventListener('click', () => {
   loggingOut = true;
+  rememberCluster('');
   session.clear();
   loggingOut = false;
   toast('Logged out.');
