@@ -96,7 +96,8 @@ func (c *Config) Validate() error {
 type Result struct {
 	Target  string          `json:"target"`
 	Model   string          `json:"model"`
-	Rate    float64         `json:"request_rate"`
+	// Rate is λ as given ("inf" when everything was sent at once).
+	Rate    string          `json:"request_rate"`
 	Stream  bool            `json:"stream"`
 	Sent    int             `json:"sent"`
 	Goodput string          `json:"goodput_slo,omitempty"`
@@ -214,7 +215,11 @@ dispatch:
 	elapsed := time.Since(start)
 	recs, meta = recs[:sent], meta[:sent]
 
-	res := &Result{Target: cfg.URL, Model: cfg.Model, Rate: cfg.Rate, Stream: cfg.Stream, Sent: sent,
+	rate := "inf"
+	if cfg.Rate > 0 && !math.IsInf(cfg.Rate, 1) {
+		rate = strconv.FormatFloat(cfg.Rate, 'g', -1, 64)
+	}
+	res := &Result{Target: cfg.URL, Model: cfg.Model, Rate: rate, Stream: cfg.Stream, Sent: sent,
 		Goodput: cfg.Goodput.String(), Served: map[string]int{}, Records: recs}
 	if sent > 0 {
 		res.ClientCPUPerReqMs = float64(selfCPU()-cpu0) / float64(time.Millisecond) / float64(sent)

@@ -30,7 +30,12 @@ type upstream struct {
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := u.inflight.Add(1)
-	defer u.inflight.Add(-1)
+	// The count drops before the last bytes go out: once the client has the
+	// whole response it may send its next request while this handler is
+	// still returning.
+	var once sync.Once
+	leave := func() { once.Do(func() { u.inflight.Add(-1) }) }
+	defer leave()
 	for {
 		p := u.peak.Load()
 		if n <= p || u.peak.CompareAndSwap(p, n) {
@@ -61,6 +66,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	time.Sleep(2 * time.Millisecond)
 	if !body.Stream {
 		w.Header().Set("Content-Type", "application/json")
+		leave()
 		fmt.Fprint(w, `{"id":"x","object":"chat.completion","created":1,"model":"small","choices":[{"index":0,"message":{"role":"assistant","content":"a b c d e"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}}`)
 		return
 	}
@@ -71,6 +77,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fl.Flush()
 		time.Sleep(time.Millisecond)
 	}
+	leave()
 	fmt.Fprint(w, "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"small\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":5,\"total_tokens\":12}}\n\n")
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	fl.Flush()
@@ -200,5 +207,23 @@ func TestParseStatCPU(t *testing.T) {
 	}
 	if _, err := parseStatCPU("garbage"); err == nil {
 		t.Error("malformed stat accepted")
+	}
+}
+
+func TestResultMarshalsWithInfiniteRate(t *testing.T) {
+	srv := httptest.NewServer(&upstream{})
+	defer srv.Close()
+	cfg := DefaultConfig() // rate +Inf
+	cfg.URL, cfg.N = srv.URL, 2
+	res, err := Run(context.Background(), cfg, items, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	if !strings.Contains(string(b), `"request_rate":"inf"`) {
+		t.Errorf("json %s lacks request_rate inf", b)
 	}
 }
