@@ -94,8 +94,8 @@ func (c *Config) Validate() error {
 
 // Result is a finished run.
 type Result struct {
-	Target  string          `json:"target"`
-	Model   string          `json:"model"`
+	Target string `json:"target"`
+	Model  string `json:"model"`
 	// Rate is λ as given ("inf" when everything was sent at once).
 	Rate    string          `json:"request_rate"`
 	Stream  bool            `json:"stream"`
