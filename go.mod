@@ -14,6 +14,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.73.1
 	github.com/qdrant/go-client v1.17.1
+	github.com/stripe/stripe-go/v76 v76.25.0
 	github.com/viterin/vek v0.4.2
 	golang.org/x/crypto v0.59.0
 	golang.org/x/sync v0.25.0

@@ -174,6 +174,7 @@ func (s *Server) signup(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	s.afterSignup(c.UserContext(), t.ID, t.Name, in.Email)
 	return c.Status(http.StatusCreated).JSON(tokens(t.ID, pair))
 }
 

@@ -81,6 +81,15 @@ type Deps struct {
 	// Inference holds the OpenAI-compatible API's collaborators
 	// (api/inference.go).
 	Inference InferenceDeps
+	// Billing serves /api/v1/billing (overview, checkout, Stripe webhook).
+	Billing BillingService
+	// Usage serves /api/v1/usage from the ledger.
+	Usage UsageReader
+	// BillingTenant, when set, replaces the session check of the billing
+	// and usage endpoints (tests).
+	BillingTenant TenantFunc
+	// SignupHook is told about each sign-up (creates the Stripe customer).
+	SignupHook SignupHook
 }
 
 // New builds the fiber app and its routes.
@@ -114,7 +123,9 @@ func New(cfg Config, deps Deps) *Server {
 	s.app.Use(s.requestID, s.accessLog, s.recoverPanic, s.userContext)
 	s.app.Get("/healthz", s.healthz)
 	s.app.Get("/readyz", s.readyz)
+	s.mountBillingWebhook(s.app) // Stripe authenticates with its signature, not a session
 	s.mountManagement(s.app.Group("/api/v1"))
+	s.mountBilling(s.app.Group("/api/v1"))
 	s.mountInference(s.app.Group("/v1"))
 	s.mountWeb(s.app) // last: its catch-all serves the dashboard
 	return s

@@ -16,10 +16,10 @@ type Account struct {
 	SubscriptionStatus string `json:"subscription_status,omitempty"`
 	PriceID            string `json:"price_id,omitempty"`
 	// CurrentPeriodEnd is the end of the paid subscription period.
-	CurrentPeriodEnd time.Time `json:"current_period_end,omitempty"`
+	CurrentPeriodEnd time.Time `json:"current_period_end,omitzero"`
 	// PastDueSince is when a payment first failed and has stayed unpaid;
 	// zero while in good standing.
-	PastDueSince time.Time `json:"past_due_since,omitempty"`
+	PastDueSince time.Time `json:"past_due_since,omitzero"`
 	UpdatedAt    time.Time `json:"updated_at"`
 }
 
@@ -60,4 +60,41 @@ func OutboxIdentifier(tenantID string, hour time.Time, seq int) string {
 		id += "-" + strconv.Itoa(seq)
 	}
 	return id
+}
+
+// AccountRef names the account a Stripe event is about: by customer id,
+// or by tenant id when the event carries one (checkout's
+// client_reference_id, customer metadata).
+type AccountRef struct {
+	TenantID   string
+	CustomerID string
+}
+
+// Overview is what GET /api/v1/billing shows a tenant: its plan and
+// subscription state, this month's usage and spend, and whether the
+// operator has configured Stripe at all.
+type Overview struct {
+	StripeConfigured bool `json:"stripe_configured"`
+	// Message explains the state in a sentence (e.g. that Stripe is not
+	// configured on this server).
+	Message            string    `json:"message"`
+	Plan               string    `json:"plan"`
+	CustomerID         string    `json:"stripe_customer_id,omitempty"`
+	SubscriptionID     string    `json:"subscription_id,omitempty"`
+	SubscriptionStatus string    `json:"subscription_status"`
+	CurrentPeriodEnd   time.Time `json:"current_period_end,omitzero"`
+	PastDueSince       time.Time `json:"past_due_since,omitzero"`
+	// Suspended is true while inference answers 402 for non-payment.
+	Suspended   bool      `json:"suspended"`
+	PeriodStart time.Time `json:"period_start"`
+	PeriodEnd   time.Time `json:"period_end"`
+	// Usage is the ledger's total for the period.
+	Usage UsageRow `json:"usage"`
+	// SpendUSD is the billed spend the budget check sees (includes events
+	// not yet written to the ledger).
+	SpendUSD float64 `json:"spend_usd"`
+	// MeterEventsSent and MeterEventsPending count the tenant's hourly
+	// meter events reported to Stripe and waiting in the outbox.
+	MeterEventsSent    int `json:"meter_events_sent"`
+	MeterEventsPending int `json:"meter_events_pending"`
 }

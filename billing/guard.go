@@ -148,3 +148,11 @@ func (g *Guard) SetStanding(a Account) {
 	}
 	g.overdue[a.TenantID] = a
 }
+
+// Suspended reports whether Check would refuse the tenant for non-payment.
+func (g *Guard) Suspended(tenantID string) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	a, ok := g.overdue[tenantID]
+	return ok && g.clock.Now().Sub(a.PastDueSince) >= g.grace
+}

@@ -24,9 +24,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/routebalance/routebalance/api"
-	"github.com/routebalance/routebalance/billing"
-	"github.com/routebalance/routebalance/billing/pgstore"
-	"github.com/routebalance/routebalance/billing/sqlitestore"
 	"github.com/routebalance/routebalance/migrations"
 	"github.com/routebalance/routebalance/routing/estimate"
 	"github.com/routebalance/routebalance/routing/latency"
@@ -49,6 +46,7 @@ type serveConfig struct {
 	logLevel        slog.Level
 	indexDir        string
 	latencyDir      string
+	billing         billingFlags
 }
 
 // env returns the value of ROUTEBALANCE_<name>, or def.
@@ -90,6 +88,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", grace, "how long in-flight requests and streams may run after SIGINT/SIGTERM (env ROUTEBALANCE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by `routebalance index build`; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
 	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
+	addBillingFlags(fs, &c.billing)
 	level := env("LOG_LEVEL", "info")
 	fs.Func("log-level", "debug, info, warn or error (env ROUTEBALANCE_LOG_LEVEL)", func(s string) error { level = s; return nil })
 	if err := fs.Parse(args); err != nil {
@@ -179,14 +178,6 @@ func (d *database) tenantStore() *sqlstore.Store {
 	return sqlstore.NewSQLite(d.sqlite)
 }
 
-// ledger returns the billing ledger on the same database.
-func (d *database) ledger() billing.Ledger {
-	if d.pool != nil {
-		return pgstore.New(d.pool)
-	}
-	return sqlitestore.New(d.sqlite)
-}
-
 func (d *database) close() {
 	if d.pool != nil {
 		d.pool.Close()
@@ -267,10 +258,6 @@ func upstreamClient(p tenants.EndpointPolicy, timeout time.Duration) *http.Clien
 		},
 	}
 }
-
-// paymentGrace is how long a tenant whose Stripe payment failed keeps
-// being served.
-const paymentGrace = 72 * time.Hour
 
 // runServe runs the service until ctx is cancelled (SIGINT/SIGTERM).
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -379,19 +366,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer px.Close()
 
-	// Meter: usage events go to the ledger in the same database; spill
-	// files live in the data dir. Its final flush runs after the HTTP
-	// server has drained (stopBackground below).
-	mcfg := billing.DefaultConfig()
-	mcfg.SpillDir = cfg.dataDir
-	guard := billing.NewGuard(nil, paymentGrace)
-	meter, err := billing.NewMeter(mcfg, db.ledger(), guard, log, nil)
+	// Billing: meter (usage ledger, spill files in <data-dir>/meter; its
+	// final flush runs after the HTTP server has drained), spend guard and
+	// Stripe sync.
+	bill, err := newBilling(cfg.billing, db, cfg.dataDir, log)
 	if err != nil {
-		return fmt.Errorf("meter: %w", err)
+		return err
 	}
-	workers.Go(func() error { return meter.Run(bg) })
+	workers.Go(func() error { return bill.meter.Run(bg) })
+	workers.Go(func() error { return bill.syncer.Run(bg) })
+	deps.Billing, deps.Usage, deps.SignupHook = bill.syncer, bill.store, bill.syncer
 
-	deps.Inference = api.InferenceDeps{Keys: svc, Router: router, Proxy: px, Meter: meter, Spend: guard}
+	// The inference path meters every request and checks spend before
+	// routing (402 over budget or unpaid past the grace period).
+	deps.Inference = api.InferenceDeps{Keys: svc, Router: router, Proxy: px, Meter: bill.meter, Spend: bill.guard}
 	if knn != nil {
 		deps.Inference.Quality = knn // POST /v1/feedback teaches the index
 	}
