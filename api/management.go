@@ -187,6 +187,9 @@ func (s *Server) login(c *fiber.Ctx) error {
 		return err
 	}
 	pair, err := s.deps.Tenants.Login(c.UserContext(), in.Email, in.Password)
+	if errors.Is(err, tenants.ErrTooManyAttempts) {
+		return &httpError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "too_many_attempts", msg: err.Error()}
+	}
 	if errors.Is(err, tenants.ErrUnauthorized) {
 		return unauthorized("invalid email or password")
 	}

@@ -500,3 +500,20 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 		t.Error("server still accepts connections after shutdown")
 	}
 }
+
+func TestLoginThrottled(t *testing.T) {
+	e := newEnv(t, dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)}, false, nil)
+	e.signup("th@example.com")
+	for i := 0; i < tenants.DefaultConfig().LoginMaxFailures; i++ {
+		if r := e.do("POST", "/api/v1/login", "", map[string]any{"email": "th@example.com", "password": "wrong-horse-42"}); r.status != 401 {
+			t.Fatalf("failure %d: %d %s", i+1, r.status, r.raw)
+		}
+	}
+	r := e.do("POST", "/api/v1/login", "", map[string]any{"email": "th@example.com", "password": "correct-horse-42"})
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("status %d, want 429: %s", r.status, r.raw)
+	}
+	if typ, msg := r.envelope(t); typ != typeRateLimit || !strings.Contains(msg, "too many failed login attempts") {
+		t.Errorf("envelope %q %q", typ, msg)
+	}
+}

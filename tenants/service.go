@@ -32,6 +32,10 @@ type Config struct {
 	// AllowPrivateEndpoints lets tenants register loopback and private
 	// addresses (demo, tests, on-premises clusters).
 	AllowPrivateEndpoints bool
+	// LoginMaxFailures failed logins for one email within LoginWindow
+	// block further logins for that email until the window ends.
+	LoginMaxFailures int
+	LoginWindow      time.Duration
 }
 
 // DefaultConfig returns the production defaults.
@@ -41,6 +45,10 @@ func DefaultConfig() Config {
 		KeyCacheTTL:   30 * time.Second,
 		KeyCacheSize:  100_000,
 		TouchInterval: 5 * time.Second,
+		// Ten guesses per quarter hour: ~1000 a day per account, far below
+		// what a 10-character password with two classes needs.
+		LoginMaxFailures: 10,
+		LoginWindow:      15 * time.Minute,
 	}
 }
 
@@ -51,6 +59,9 @@ func (c Config) Validate() error {
 	}
 	if c.KeyCacheTTL <= 0 || c.KeyCacheSize <= 0 || c.TouchInterval <= 0 {
 		return errors.New("tenants: key cache TTL, size and touch interval must be positive")
+	}
+	if c.LoginMaxFailures <= 0 || c.LoginWindow <= 0 {
+		return errors.New("tenants: login failure limit and window must be positive")
 	}
 	return nil
 }
@@ -80,6 +91,7 @@ type Service struct {
 	endpoints EndpointPolicy
 	dummyHash string
 	cache     *keyCache
+	logins    *loginLimiter
 
 	touchMu sync.Mutex
 	touched map[string]time.Time
@@ -113,6 +125,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		endpoints: EndpointPolicy{AllowPrivate: cfg.AllowPrivateEndpoints, Resolver: deps.Resolver},
 		dummyHash: dummy,
 		cache:     newKeyCache(cfg.KeyCacheTTL, cfg.KeyCacheSize),
+		logins:    newLoginLimiter(cfg.LoginMaxFailures, cfg.LoginWindow),
 		touched:   map[string]time.Time{},
 	}, nil
 }
@@ -209,16 +222,23 @@ func (s *Service) Signup(ctx context.Context, in SignupInput) (Tenant, TokenPair
 var errBadLogin = fmt.Errorf("invalid email or password: %w", ErrUnauthorized)
 
 // Login checks a password and returns new tokens. Unknown emails cost the
-// same hash as known ones and get the same error.
+// same hash as known ones and get the same error. After
+// Config.LoginMaxFailures failures for one email within Config.LoginWindow
+// it returns ErrTooManyAttempts until the window ends.
 func (s *Service) Login(ctx context.Context, email, password string) (TokenPair, error) {
 	e, err := normaliseEmail(email)
 	if err != nil || password == "" || len(password) > 4*MaxPasswordLen {
 		VerifyPassword(password, s.dummyHash) //nolint:errcheck // equal timing
 		return TokenPair{}, errBadLogin
 	}
+	now := s.clock.Now()
+	if s.logins.blocked(e, now) {
+		return TokenPair{}, ErrTooManyAttempts
+	}
 	u, err := s.store.UserByEmail(ctx, e)
 	if errors.Is(err, ErrNotFound) {
 		VerifyPassword(password, s.dummyHash) //nolint:errcheck // equal timing
+		s.logins.fail(e, now)
 		return TokenPair{}, errBadLogin
 	}
 	if err != nil {
@@ -229,8 +249,10 @@ func (s *Service) Login(ctx context.Context, email, password string) (TokenPair,
 		return TokenPair{}, fmt.Errorf("user %s: %w", u.ID, err)
 	}
 	if !ok {
+		s.logins.fail(e, now)
 		return TokenPair{}, errBadLogin
 	}
+	s.logins.reset(e)
 	return s.sessions.Issue(u.ID, u.TenantID)
 }
 

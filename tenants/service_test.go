@@ -226,3 +226,42 @@ func TestRevokeRacesResolve(t *testing.T) {
 		t.Errorf("after revoke: %v", err)
 	}
 }
+
+func TestLoginThrottle(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t: time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)}
+	svc, _ := newService(t, dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)}, clk)
+	if _, _, err := svc.Signup(ctx, tenants.SignupInput{Email: "l@example.com", Password: "right-password-1", Name: "L"}); err != nil {
+		t.Fatal(err)
+	}
+	max := tenants.DefaultConfig().LoginMaxFailures
+	for i := 0; i < max; i++ {
+		if _, err := svc.Login(ctx, "l@example.com", "wrong-password-1"); !errors.Is(err, tenants.ErrUnauthorized) {
+			t.Fatalf("failure %d: %v", i+1, err)
+		}
+	}
+	if _, err := svc.Login(ctx, "L@example.com", "right-password-1"); !errors.Is(err, tenants.ErrTooManyAttempts) {
+		t.Fatalf("right password after %d failures: %v, want ErrTooManyAttempts", max, err)
+	}
+	// Unknown emails are throttled the same way (no account enumeration).
+	for i := 0; i < max; i++ {
+		svc.Login(ctx, "ghost@example.com", "wrong-password-1") //nolint:errcheck
+	}
+	if _, err := svc.Login(ctx, "ghost@example.com", "wrong-password-1"); !errors.Is(err, tenants.ErrTooManyAttempts) {
+		t.Errorf("unknown email not throttled: %v", err)
+	}
+	clk.t = clk.t.Add(tenants.DefaultConfig().LoginWindow)
+	if _, err := svc.Login(ctx, "l@example.com", "right-password-1"); err != nil {
+		t.Fatalf("login after the window: %v", err)
+	}
+	// A success resets the count.
+	for i := 0; i < max-1; i++ {
+		svc.Login(ctx, "l@example.com", "wrong-password-1") //nolint:errcheck
+	}
+	if _, err := svc.Login(ctx, "l@example.com", "right-password-1"); err != nil {
+		t.Fatalf("login before the limit: %v", err)
+	}
+	if _, err := svc.Login(ctx, "l@example.com", "wrong-password-1"); !errors.Is(err, tenants.ErrUnauthorized) {
+		t.Errorf("count not reset by a success: %v", err)
+	}
+}
