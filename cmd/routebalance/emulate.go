@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/routebalance/routebalance/infra/clusters"
 	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/infra/vllmemu/demoset"
 )
@@ -64,7 +65,7 @@ func (f faultFlags) Set(s string) error {
 func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("emulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	clusterPath := fs.String("cluster", "", "cluster file (JSON); empty = the embedded reference-13 cluster")
+	clusterPath := fs.String("cluster", "", "cluster file (JSON); empty = the project's calibrated reference-13 cluster (infra/clusters)")
 	host := fs.String("host", vllmemu.DefaultHost, "listen address (0.0.0.0 listens on all interfaces)")
 	basePort := fs.Int("base-port", 8000, "port of instance 0; instance k listens on base-port+k (0 = OS-chosen ports)")
 	scale := fs.Float64("time-scale", 1, "wall seconds per emulated second (0.1 = ten times faster)")
@@ -87,7 +88,10 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	var file *vllmemu.ClusterFile
 	if *clusterPath == "" {
-		file = vllmemu.ReferenceCluster()
+		var err error
+		if file, err = vllmemu.ParseCluster(clusters.Reference13()); err != nil {
+			return err
+		}
 	} else {
 		var err error
 		if file, err = vllmemu.LoadCluster(*clusterPath); err != nil {

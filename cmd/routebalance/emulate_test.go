@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/routebalance/routebalance/infra/clusters"
 	"github.com/routebalance/routebalance/infra/vllmemu"
 )
 
@@ -68,7 +69,11 @@ func TestRunEmulate(t *testing.T) {
 	if len(lines) < 14 || !strings.HasPrefix(lines[0], "K ") {
 		t.Fatalf("table = %q", out.String())
 	}
-	ref := vllmemu.ReferenceCluster().Instances()
+	world, err := vllmemu.ParseCluster(clusters.Reference13())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := world.Instances()
 	for k, spec := range ref {
 		f := strings.Fields(lines[k+1])
 		if len(f) < 4 || f[2] != spec.Tier.Model || f[3] != spec.Tier.GPU {

@@ -20,6 +20,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/routebalance/routebalance/infra/clusters"
 	"github.com/routebalance/routebalance/infra/vllmemu"
 )
 
@@ -37,8 +38,9 @@ type Item struct {
 	Task   string             `json:"task"`
 	Prompt string             `json:"prompt"`
 	Scores map[string]float64 `json:"scores"`
-	// OutputTokens is each model's answer length in the emulated reference
-	// world with seed WorldSeed (what a log of past answers would hold).
+	// OutputTokens is each model's answer length in the calibrated
+	// reference world (infra/clusters) with seed WorldSeed: what a log of
+	// past answers from the emulated cluster would hold.
 	OutputTokens map[string]float64 `json:"output_tokens"`
 }
 
@@ -88,7 +90,10 @@ const Seed = 20260101
 func Generate(seed uint64) []Item {
 	r := &stream{s: seed}
 	models := Models()
-	world := vllmemu.ReferenceCluster()
+	world, err := vllmemu.ParseCluster(clusters.Reference13())
+	if err != nil {
+		panic("demoset: the embedded calibrated cluster is invalid: " + err.Error())
+	}
 	verbosity := map[string]float64{}
 	for _, t := range world.Tiers {
 		verbosity[t.Model] = t.Verbosity
