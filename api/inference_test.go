@@ -263,7 +263,7 @@ func principal(tenantID string, instances []tenants.Instance) *tenants.Principal
 	}
 }
 
-func newInfEnv(t *testing.T, o envOpts) *infEnv {
+func newInfEnv(t testing.TB, o envOpts) *infEnv {
 	t.Helper()
 	e := &infEnv{meter: &meterLog{}}
 	e.p = principal("t1", o.instances)
@@ -308,7 +308,7 @@ func newInfEnv(t *testing.T, o envOpts) *infEnv {
 }
 
 // startRouter runs the scheduler's Router until the test ends.
-func startRouter(t *testing.T) *schedule.Router {
+func startRouter(t testing.TB) *schedule.Router {
 	t.Helper()
 	r, err := schedule.NewRouter(schedule.Config{}, schedule.Deps{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -228,6 +228,26 @@ func TestStreamChatHidesUsageTheClientDidNotAskFor(t *testing.T) {
 	}
 }
 
+func TestStreamsReuseUpstreamConnections(t *testing.T) {
+	// The upstream ends its body a moment after [DONE], so the relay has
+	// to read the end of the body for the connection to be reused.
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 3, LingerAfterDone: 20 * time.Millisecond})
+	p := newProxy(t, Config{})
+	for i := 0; i < 3; i++ {
+		call := &Call{Endpoint: Chat, Stream: true, Body: rawBody(t, `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)}
+		resp, err := p.Open(context.Background(), instance(up.URL), call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := resp.Relay(context.Background(), &recorder{}, nil); res.Status != ResultOK {
+			t.Fatalf("status %q", res.Status)
+		}
+	}
+	if n := up.Conns(); n != 1 {
+		t.Errorf("three sequential streams used %d connections, want 1 (keep-alive)", n)
+	}
+}
+
 func TestStreamCompletionRelaysUsageWhenAsked(t *testing.T) {
 	up := vllmtest.New(t, vllmtest.Config{Tokens: 3})
 	p := newProxy(t, Config{})

@@ -179,6 +179,13 @@ type chunk struct {
 	} `json:"choices"`
 }
 
+// After [DONE], at most drainBytes are read within drainTimeout to let the
+// upstream connection be reused.
+const (
+	drainBytes   = 64 << 10
+	drainTimeout = 100 * time.Millisecond
+)
+
 // streamState tracks one relayed stream.
 type streamState struct {
 	r        *Response
@@ -268,6 +275,13 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 	if readErr == io.EOF && hasData && !done && !budgetHit && s.writeErr == nil {
 		// A last event without its blank line still counts.
 		done, budgetHit = s.event(data, prog)
+	}
+	if done && readErr == nil {
+		// Read the end of the body (vLLM closes the chunked body right
+		// after [DONE]) so the connection goes back to the keep-alive
+		// pool; an upstream that lingers is cut after drainTimeout.
+		idle.Reset(drainTimeout)
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.body, drainBytes))
 	}
 
 	res := Result{Bytes: 0}

@@ -45,6 +45,9 @@ type Config struct {
 	StallAfter int
 	// TokenDelay is slept between two streamed tokens.
 	TokenDelay time.Duration
+	// LingerAfterDone is slept after "data: [DONE]" is flushed, before the
+	// chunked body is terminated (as a real server's separate writes).
+	LingerAfterDone time.Duration
 }
 
 // Request is one completion request as the server received it.
@@ -67,6 +70,7 @@ type Server struct {
 	cancelled atomic.Int64
 	finished  atomic.Int64
 	running   atomic.Int64
+	conns     atomic.Int64
 }
 
 // New starts a Server and stops it when the test ends.
@@ -85,7 +89,13 @@ func New(t testing.TB, cfg Config) *Server {
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
 	mux.HandleFunc("GET /metrics", s.metrics)
-	s.srv = httptest.NewServer(mux)
+	s.srv = httptest.NewUnstartedServer(mux)
+	s.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.srv.Start()
 	s.URL = s.srv.URL
 	t.Cleanup(s.srv.Close)
 	return s
@@ -117,6 +127,9 @@ func (s *Server) Arrived() <-chan struct{} { return s.arrived }
 // Cancelled is how many requests ended because the client went away
 // before their answer was complete.
 func (s *Server) Cancelled() int64 { return s.cancelled.Load() }
+
+// Conns is how many TCP connections clients opened to the server.
+func (s *Server) Conns() int64 { return s.conns.Load() }
 
 // Finished is how many requests were answered completely.
 func (s *Server) Finished() int64 { return s.finished.Load() }
@@ -280,6 +293,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, body map[string]
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	fl.Flush()
+	if s.cfg.LingerAfterDone > 0 {
+		time.Sleep(s.cfg.LingerAfterDone)
+	}
 	s.finished.Add(1)
 }
 
