@@ -14,8 +14,9 @@ Use Debian's xgboost (apt-get install -y python3-xgboost; 1.7.4) and call
   /usr/bin/python3 scripts/train_tpot.py --synthetic 400 --seed 7 --tier test@cpu \
       --out routing/latency/testdata --check routing/latency/testdata/check.json
 
---holdout F keeps a fraction of rows (every row whose index hashes below F,
-reproducible) out of training and prints the MAPE on them. --check writes
+--holdout-every N keeps every N-th successful row (0-based index i with
+i % N == N-1) out of training and prints the MAPE on them; `routebalance
+profile eval --holdout-every N` holds out the same rows. --check writes
 feature rows and the predictions xgboost made for them, so a Go test can
 verify that leaves predicts the same values.
 """
@@ -59,14 +60,13 @@ def read_csv(path):
     for col in FEATURES + ["tpot_s", "ttft_s"]:
         if col not in rows[0]:
             sys.exit(f"{path}: missing column {col}")
-    return rows
+    return [r for r in rows if not r.get("error")]
 
 
-def split(rows, holdout, seed):
-    rng = random.Random(seed)
+def split(rows, every):
     train, test = [], []
-    for r in rows:
-        (test if rng.random() < holdout else train).append(r)
+    for i, r in enumerate(rows):
+        (test if i % every == every - 1 else train).append(r)
     return train, test
 
 
@@ -103,13 +103,13 @@ def main():
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--eta", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--holdout", type=float, default=0.0, help="fraction of rows held out for MAPE")
+    ap.add_argument("--holdout-every", type=int, default=0, help="hold out every N-th row for MAPE (0: none)")
     ap.add_argument("--check", help="write check rows and xgboost predictions to this JSON file")
     args = ap.parse_args()
     if bool(args.csv) == bool(args.synthetic):
         sys.exit("give exactly one of --csv and --synthetic")
     rows = synthetic(args.synthetic, args.seed) if args.synthetic else read_csv(args.csv)
-    train, test = split(rows, args.holdout, args.seed) if args.holdout > 0 else (rows, [])
+    train, test = split(rows, args.holdout_every) if args.holdout_every >= 2 else (rows, [])
     out = {}
     for target, name in (("tpot_s", "tpot"), ("ttft_s", "ttft")):
         model = fit(train, target, args)

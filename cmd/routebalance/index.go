@@ -46,6 +46,12 @@ func runIndexBuild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	embURL := fs.String("embedder-url", "", "base URL of an OpenAI-compatible /v1/embeddings server (with --embedder openai)")
 	embModel := fs.String("embedder-model", "sentence-transformers/all-MiniLM-L6-v2", "embedding model name (with --embedder openai)")
 	dim := fs.Int("dim", 384, "builtin embedder dimensions")
+	def := estimate.DefaultBuiltinConfig()
+	wordW := fs.Float64("word-weight", def.WordWeight, "builtin embedder: weight of word unigrams")
+	bigramW := fs.Float64("bigram-weight", def.BigramWeight, "builtin embedder: weight of word bigrams")
+	charW := fs.Float64("char-weight", def.CharWeight, "builtin embedder: weight of character n-grams")
+	charMin := fs.Int("char-min", def.CharMin, "builtin embedder: smallest character n-gram")
+	charMax := fs.Int("char-max", def.CharMax, "builtin embedder: largest character n-gram")
 	useHNSW := fs.Bool("hnsw", false, "also build and save an HNSW graph (searched instead of the exact scan)")
 	qdrantURL := fs.String("qdrant-url", "", "also upsert vectors and labels into this Qdrant (gRPC URL, e.g. http://127.0.0.1:6334)")
 	collection := fs.String("collection", "", "Qdrant collection name (with --qdrant-url)")
@@ -72,7 +78,8 @@ func runIndexBuild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	switch *embedder {
 	case "builtin":
 		cfg := estimate.DefaultBuiltinConfig()
-		cfg.Dim = *dim
+		cfg.Dim, cfg.WordWeight, cfg.BigramWeight, cfg.CharWeight = *dim, *wordW, *bigramW, *charW
+		cfg.CharMin, cfg.CharMax = *charMin, *charMax
 		b, err := estimate.NewBuiltin(cfg)
 		if err != nil {
 			return err
@@ -258,6 +265,13 @@ func (p *progress) set(done int) {
 	}
 	p.last = time.Now()
 	p.draw()
+}
+
+func (p *progress) add(n int) {
+	p.mu.Lock()
+	done := p.done + n
+	p.mu.Unlock()
+	p.set(done)
 }
 
 func (p *progress) draw() {

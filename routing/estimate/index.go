@@ -67,19 +67,41 @@ func (f *Flat) Dim() int { return f.dim }
 // Vectors returns the stored vectors (not a copy; do not modify).
 func (f *Flat) Vectors() []float32 { return f.vecs }
 
-// Search scans every row for every query.
+// Search scans every row once for the whole batch: each row is dotted
+// with every query while it is in cache, so the index streams through
+// memory once per batch instead of once per query.
 func (f *Flat) Search(ctx context.Context, queries []float32, k int, out []Neighbor) error {
 	nq, err := checkSearch(f.dim, queries, k, out)
 	if err != nil {
 		return err
 	}
+	resetTop(out)
+	var buf [64]float32
+	worst := buf[:0]
+	if nq > len(buf) {
+		worst = make([]float32, 0, nq)
+	}
 	for q := 0; q < nq; q++ {
-		if q%8 == 7 && ctx.Err() != nil {
+		worst = append(worst, float32(math.Inf(-1)))
+	}
+	d := f.dim
+	n := len(f.vecs) / d
+	for r := 0; r < n; r++ {
+		if r%4096 == 4095 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		top := out[q*k : (q+1)*k]
-		resetTop(top)
-		scanTopK(queries[q*f.dim:(q+1)*f.dim], f.vecs, f.dim, 0, top)
+		row := f.vecs[r*d : (r+1)*d]
+		for q := 0; q < nq; q++ {
+			s := vek32.Dot(queries[q*d:(q+1)*d], row)
+			if s <= worst[q] {
+				continue
+			}
+			top := out[q*k : (q+1)*k]
+			insertTop(top, Neighbor{Row: int32(r), Sim: s})
+			if top[k-1].Row >= 0 {
+				worst[q] = top[k-1].Sim
+			}
+		}
 	}
 	return nil
 }

@@ -261,10 +261,10 @@ func (t *Tier) Observe(l routing.Load, tpot, ttft float64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if tpot > 0 && !math.IsInf(tpot, 0) {
-		t.tpot.update(&x, tpot, t.cfg.Forget)
+		t.tpot.updateRel(&x, tpot, t.cfg.Forget)
 	}
 	if ttft > 0 && !math.IsInf(ttft, 0) {
-		t.ttft.update(&x, ttft, t.cfg.Forget)
+		t.ttft.updateRel(&x, ttft, t.cfg.Forget)
 	}
 	t.n++
 }
@@ -293,6 +293,18 @@ func (r *rls) predict(x *[NumFeatures]float64) float64 {
 		s += r.theta[i] * v
 	}
 	return s
+}
+
+// updateRel is an update weighted by 1/y², so the fit minimises squared
+// relative error Σ((y − θ·x)/y)² — the error that matters when
+// predictions range from tens of milliseconds (light load) to seconds
+// (queueing), and the one MAPE measures.
+func (r *rls) updateRel(x *[NumFeatures]float64, y, lambda float64) {
+	var xs [NumFeatures]float64
+	for i, v := range x {
+		xs[i] = v / y
+	}
+	r.update(&xs, 1, lambda)
 }
 
 func (r *rls) update(x *[NumFeatures]float64, y, lambda float64) {

@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"sync"
@@ -100,6 +101,36 @@ func TestConfigValidate(t *testing.T) {
 	for _, c := range []Config{{Forget: 1.5}, {PriorVar: -1}, {MinTPOT: -1}} {
 		if err := c.Validate(); err == nil {
 			t.Errorf("Validate(%+v) = nil, want an error", c)
+		}
+	}
+}
+
+// BenchmarkTPOT predicts TPOT̂ for every instance of a fleet, analytic and
+// XGBoost (the committed test model).
+func BenchmarkTPOT(b *testing.B) {
+	for _, kind := range []string{"analytic", "xgboost"} {
+		m, _ := New(Config{})
+		tier := "t@g"
+		if kind == "xgboost" {
+			if _, err := m.LoadXGBDir("testdata"); err != nil {
+				b.Fatal(err)
+			}
+			tier = "test@cpu"
+		}
+		for _, n := range []int{13, 100, 500} {
+			b.Run(fmt.Sprintf("%s/instances=%d", kind, n), func(b *testing.B) {
+				loads := make([]routing.Load, n)
+				for i := range loads {
+					loads[i] = routing.Load{Running: float64(i % 64), Waiting: float64(i % 3), KVUsage: 0.4, PendingDecodeTokens: 3000, PromptTokens: 400}
+				}
+				out := make([]float64, n)
+				b.ReportAllocs()
+				measureCPU(b, func() {
+					for i := range loads {
+						out[i] = m.TPOT(tier, loads[i])
+					}
+				})
+			})
 		}
 	}
 }
