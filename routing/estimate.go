@@ -163,3 +163,11 @@ type Load struct {
 	// PromptTokens is the prompt size of the request being placed.
 	PromptTokens float64
 }
+
+// TierLatency is the latency model of one tier (model@gpu): TPOT in seconds
+// per output token and TTFT in seconds, at a load. A scheduler that binds
+// each instance to its tier's model once avoids a lookup per candidate.
+type TierLatency interface {
+	TPOT(l Load) float64
+	TTFT(l Load) float64
+}

@@ -204,15 +204,14 @@ type LatencyModel interface {
 // tier, so the per-candidate calls skip looking the tier up. The scheduler
 // binds each instance when a cluster version is loaded and keeps the
 // result for the version's life, so a bound model must see later learning.
+// (*latency.Models) can provide it as
+// func (m *Models) Bind(tier string) routing.TierLatency { return m.Tier(tier) }.
 type TierBinder interface {
-	Bind(tier string) TierLatency
+	Bind(tier string) routing.TierLatency
 }
 
-// TierLatency is the latency model of one tier (see LatencyModel).
-type TierLatency interface {
-	TPOT(l routing.Load) float64
-	TTFT(l routing.Load) float64
-}
+// TierLatency is the latency model of one tier (routing.TierLatency).
+type TierLatency = routing.TierLatency
 
 // boundTier adapts a LatencyModel without Bind to TierLatency.
 type boundTier struct {
