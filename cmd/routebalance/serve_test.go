@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
+	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
 // startServe runs `routebalance serve` on a free loopback port with the
@@ -143,5 +146,100 @@ func TestHealthcheckCommand(t *testing.T) {
 	}
 	if err := runHealthcheck(context.Background(), []string{"--addr", "127.0.0.1:1", "--timeout", "1s"}, io.Discard, io.Discard); err == nil {
 		t.Error("healthcheck against a closed port succeeded")
+	}
+}
+
+func postJSON(t *testing.T, url, token, body string) map[string]any {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	json.NewDecoder(res.Body).Decode(&out) //nolint:errcheck
+	if res.StatusCode >= 300 {
+		t.Fatalf("POST %s: %d %v", url, res.StatusCode, out)
+	}
+	return out
+}
+
+// TestServeDrainsStreamOnShutdown cancels serve (as SIGTERM does) while a
+// streamed completion is in flight: new connections are refused, the
+// stream still ends with [DONE], serve returns nil and the request is
+// metered.
+func TestServeDrainsStreamOnShutdown(t *testing.T) {
+	hold := make(chan struct{})
+	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 20, Hold: hold})
+	dir := t.TempDir()
+	base, stop := startServe(t, dir, "--allow-private-endpoints")
+
+	tok := postJSON(t, base+"/api/v1/signup", "", `{"email":"d@example.com","password":"correct-horse-42","name":"D"}`)["access_token"].(string)
+	cid := postJSON(t, base+"/api/v1/clusters", tok, `{"name":"c"}`)["id"].(string)
+	postJSON(t, base+"/api/v1/clusters/"+cid+"/instances", tok, `{"base_url":"`+up.URL+`","model":"m","gpu":"l4"}`)
+	key := postJSON(t, base+"/api/v1/keys", tok, `{"name":"k"}`)["key"].(string)
+
+	body := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"auto","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			body <- "error: " + err.Error()
+			return
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		body <- string(b)
+	}()
+	<-up.Arrived()
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	// Wait (bounded) until the listener is closed.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
+		res, err := c.Get(base + "/healthz")
+		if err != nil {
+			break
+		}
+		res.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("still accepting connections 10 s after shutdown began")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("serve returned (%v) while a stream was in flight", err)
+	default:
+	}
+	close(hold)
+	got := <-body
+	if !strings.Contains(got, "data: [DONE]") || strings.Count(got, `"content"`) < 20 {
+		t.Fatalf("stream cut by shutdown:\n%s", got)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+
+	db, err := sqlstore.OpenSQLite(filepath.Join(dir, "routebalance.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM billing_usage").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("metered requests = %d, want 1", n)
 	}
 }
