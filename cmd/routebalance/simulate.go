@@ -48,6 +48,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	plotRate := fs.Float64("plot-rate", 24, "λ of the frontier plots (nearest swept rate)")
 	maxTokens := fs.Int("max-tokens", 0, "max_tokens on every request (0 = none)")
 	verbose := fs.Bool("v", false, "log scheduler warnings")
+	latencyPrior := fs.String("latency-prior", "world", "start of each tier's latency model: world (the tier's profiled light-load figures) or default (generic prior, learnt online)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the sweep to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -95,7 +96,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		level = slog.LevelWarn
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	newDeps, err := simDeps(*index, world, log)
+	newDeps, err := simDeps(*index, *latencyPrior, world, log)
 	if err != nil {
 		return err
 	}
@@ -253,15 +254,4 @@ func buildArms(policies, presets, weights string, threshold, slack float64, noLP
 		}
 	}
 	return arms, nil
-}
-
-// simDeps returns a constructor of the scheduler's collaborators for one
-// cell: a fresh estimator per cell, so lengths learnt online in one cell do
-// not leak into the next.
-func simDeps(index string, w *sim.World, log *slog.Logger) (func() (schedule.Deps, error), error) {
-	if index != "" {
-		return nil, fmt.Errorf("--index: the quality/length index (routing/estimate) is not available in this build")
-	}
-	_ = w
-	return func() (schedule.Deps, error) { return schedule.Deps{Logger: log}, nil }, nil
 }
