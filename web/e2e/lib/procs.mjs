@@ -1,6 +1,6 @@
-// procs.mjs: build the routebalance binary once, start `serve` (and
-// `emulate` when this build has it) as child processes on loopback, and
-// stop them when the test ends.
+// procs.mjs: build the routebalance binary once, start `serve` and
+// `emulate` as child processes on loopback, and stop them when the test
+// ends.
 
 import { spawn, execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -87,23 +87,22 @@ export async function startServer(bin, dataDir) {
 }
 
 /**
- * startEmulator runs `routebalance emulate` on OS-chosen loopback ports and
- * parses the instance table it prints (K URL MODEL GPU TP INSTANCE).
- * Resolves to null when this build has no emulator.
+ * startEmulator runs `routebalance emulate` (the embedded reference cluster,
+ * time scaled 50× faster) on OS-chosen loopback ports and parses the
+ * instance table it prints (K URL MODEL GPU TP INSTANCE).
  */
 export async function startEmulator(bin) {
   const proc = start(bin, ['emulate', '--host', '127.0.0.1', '--base-port', '0', '--time-scale', '0.02', '--seed', '7']);
-  const instances = await waitFor('routebalance emulate instance table', () => {
-    if (/not built yet/.test(proc.log.err)) return 'missing';
-    const rows = proc.log.out.split('\n').map((l) => l.trim().split(/\s+/)).filter((f) => /^\d+$/.test(f[0]) && /^https?:\/\//.test(f[1] || ''));
-    return rows.length && /Ctrl-C/.test(proc.log.out) ? rows.map((f) => ({ url: f[1], model: f[2], gpu: f[3], tp: Number(f[4]) })) : null;
-  }, { timeoutMs: 30_000, proc: { ...proc, child: { exitCode: null, signalCode: null } } }).catch(async (e) => {
+  try {
+    const instances = await waitFor('routebalance emulate instance table', () => {
+      const rows = proc.log.out.split('\n').map((l) => l.trim().split(/\s+/)).filter((f) => /^\d+$/.test(f[0]) && /^https?:\/\//.test(f[1] || ''));
+      return rows.length && /Ctrl-C/.test(proc.log.out) ? rows.map((f) => ({ url: f[1], model: f[2], gpu: f[3], tp: Number(f[4]) })) : null;
+    }, { timeoutMs: 30_000, proc });
+    return { proc, instances };
+  } catch (e) {
     await proc.stop();
-    if (/not built yet|unknown command/.test(proc.log.err)) return 'missing';
     throw e;
-  });
-  if (instances === 'missing') { await proc.stop(); return null; }
-  return { proc, instances };
+  }
 }
 
 /** tempDir makes a fresh directory under the OS temp dir. */
