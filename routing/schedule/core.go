@@ -51,7 +51,6 @@ type Core struct {
 	sticky    *stickyMap
 	requeue   func([]*Ticket)
 	seq       uint64
-	lastBatch int
 
 	// scratch, guarded by assignMu (and mu while deciding)
 	snaps   []fleet.Snapshot
@@ -247,7 +246,7 @@ func (c *Core) Assign(ctx context.Context, now time.Time, tickets []*Ticket) {
 		c.ests = append(c.ests[:cap(c.ests)], make([]routing.PromptEstimate, n-cap(c.ests))...)
 	}
 	ests := c.ests[:n]
-	if err := c.deps.Estimator.Estimate(ctx, c.prompts, c.models, c.priors, ests); err != nil {
+	if err := c.estimate(ctx, ests); err != nil {
 		c.deps.Logger.WarnContext(ctx, "estimator failed; using priors", slog.String("cluster", c.clusterID), slog.Any("err", err))
 		_ = priorEstimator{tokens: c.cfg.DefaultOutputTokens}.Estimate(ctx, c.prompts, c.models, c.priors, ests)
 	}
@@ -262,7 +261,6 @@ func (c *Core) Assign(ctx context.Context, now time.Time, tickets []*Ticket) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.buildView(now)
-	c.lastBatch = n
 	c.orderBatch(ests)
 	c.notify = c.notify[:0]
 	for _, j := range c.order {
@@ -280,6 +278,17 @@ func (c *Core) Assign(ctx context.Context, now time.Time, tickets []*Ticket) {
 		t.Notify(t)
 	}
 	c.notify = c.notify[:0]
+}
+
+// estimate calls the estimator for the batch; a panic inside it is turned
+// into an error so one bad estimator call cannot take the process down.
+func (c *Core) estimate(ctx context.Context, out []routing.PromptEstimate) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("estimator panicked: %v", p)
+		}
+	}()
+	return c.deps.Estimator.Estimate(ctx, c.prompts, c.models, c.priors, out)
 }
 
 // policyName is the effective policy name of a request.
@@ -541,6 +550,13 @@ func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, bat
 		mt := max(1, int(math.Floor(afford)))
 		if r.MaxTokens == 0 || mt < r.MaxTokens {
 			d.MaxTokens = mt
+		}
+		// The clamp caps the output: predictions follow it.
+		if cut := cand.Tokens - float64(mt); cut > 0 {
+			cand.Tokens = float64(mt)
+			cand.Cost = v.inst.CostUSD(float64(r.PromptTokens), cand.Tokens)
+			cand.Latency -= cand.TPOT * cut
+			d.PredictedOutputTokens, d.PredictedCostUSD, d.PredictedE2E = cand.Tokens, cand.Cost, seconds(cand.Latency)
 		}
 	}
 	t.Decision = d

@@ -242,6 +242,9 @@ func TestFiltersAndRelaxation(t *testing.T) {
 			if d.MaxTokens != tc.wantMax {
 				t.Errorf("MaxTokens = %d, want %d", d.MaxTokens, tc.wantMax)
 			}
+			if d.MaxTokens > 0 && d.PredictedOutputTokens > float64(d.MaxTokens) {
+				t.Errorf("predicted %v output tokens beyond the clamp %d", d.PredictedOutputTokens, d.MaxTokens)
+			}
 		})
 	}
 }
@@ -546,5 +549,27 @@ func TestCoreCancelAndUpdate(t *testing.T) {
 	}
 	if got := core.Fleet().InFlight(held.member); got != 0 {
 		t.Errorf("removed instance still has %d in flight", got)
+	}
+}
+
+// panicEstimator fails the hard way.
+type panicEstimator struct{}
+
+func (panicEstimator) Estimate(context.Context, []string, []string, []float64, []routing.PromptEstimate) error {
+	panic("index corrupted")
+}
+
+// TestEstimatorFailureFallsBack: an estimator that panics costs the batch
+// its estimates, not the process: priors are used.
+func TestEstimatorFailureFallsBack(t *testing.T) {
+	c, _, lat := twoTier()
+	c.Instances[0].QualityPrior, c.Instances[1].QualityPrior = 0.7, 0.3
+	core := newCore(t, Config{}, Deps{Estimator: panicEstimator{}, Latency: lat}, c)
+	tk := assign(core, t0, &routing.Request{ID: "a", Prompt: "q", Weights: routing.Weights{Quality: 1}})[0]
+	if tk.Err != nil {
+		t.Fatal(tk.Err)
+	}
+	if d := tk.Decision; d.Instance.ID != "big-0" || d.PredictedQuality != 0.7 || d.QualitySource != routing.SourcePrior {
+		t.Errorf("decision %s Q̂ %v source %s, want big-0 0.7 prior", d.Instance.ID, d.PredictedQuality, d.QualitySource)
 	}
 }
