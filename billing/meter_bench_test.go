@@ -51,3 +51,23 @@ func BenchmarkMeterPostgres(b *testing.B) {
 		b.Fatalf("written %d of %d", st.Written, b.N)
 	}
 }
+
+// BenchmarkMeterRecord measures the hot path alone: Record with room in
+// the queue (pricing, spend booking, channel send; no database).
+//
+//	go test -run '^$' -bench MeterRecord ./billing/
+func BenchmarkMeterRecord(b *testing.B) {
+	cfg := billing.DefaultConfig()
+	cfg.SpillDir = b.TempDir()
+	cfg.Buffer = b.N + 1
+	m, err := billing.NewMeter(cfg, pgstore.New(nil), billing.NewGuard(nil, time.Hour), nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ev := event(0, "t1")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m.Record(ev)
+	}
+}
