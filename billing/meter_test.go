@@ -265,6 +265,8 @@ func TestMeterSpillsAtShutdownAndReplaysOnRestart(t *testing.T) {
 	}
 	stop2 := runMeter(t, m2)
 	waitFor(t, "replay", func() bool { return m2.Stats().Written == n })
+	// Run loads the month's spend right after the leftover replay.
+	waitFor(t, "spend load", func() bool { return guard.Spent("t1") > 0 })
 	stop2()
 	if rows, _ := e.count(t); rows != n {
 		t.Errorf("rows after restart = %d, want %d", rows, n)
