@@ -27,7 +27,7 @@ func runEstimate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	out := fs.String("out", "", "predictions file, one JSON line per input (required)")
 	modelsFile := fs.String("models", "", "model prices (LLMRouter models.json, a cluster file, or {model:{input_price,output_price}}); default: models.json beside --data when present")
 	batch := fs.Int("batch", 32, "prompts per estimator call")
-	search := fs.String("search", "auto", "search structure: auto, exact, hnsw, or qdrant (the collection recorded by index build --qdrant-url)")
+	search := fs.String("search", "auto", "search structure: auto, exact, twostage, hnsw, or qdrant (the collection recorded by index build --qdrant-url)")
 	k := fs.Int("k", 10, "neighbours")
 	shrink := fs.Float64("shrink", 3, "pull q̂ towards each model's index-wide mean with this many pseudo-neighbours (negative: off)")
 	simPower := fs.Float64("sim-power", 1, "similarity weight exponent")

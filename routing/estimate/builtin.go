@@ -24,7 +24,8 @@ type BuiltinConfig struct {
 	CharMin int `json:"char_min"`
 	CharMax int `json:"char_max"`
 	// WordWeight, BigramWeight and CharWeight scale the three feature
-	// families before normalisation (defaults 1, 1, 0.5).
+	// families before normalisation (defaults 1, 0, 1: bigrams off, chosen
+	// by routing outcome on the LLMRouter split — see README).
 	WordWeight   float64 `json:"word_weight"`
 	BigramWeight float64 `json:"bigram_weight"`
 	CharWeight   float64 `json:"char_weight"`
@@ -36,7 +37,7 @@ type BuiltinConfig struct {
 // DefaultBuiltinConfig returns the defaults documented on BuiltinConfig.
 func DefaultBuiltinConfig() BuiltinConfig {
 	return BuiltinConfig{Dim: 384, IDFBits: 18, CharMin: 3, CharMax: 5,
-		WordWeight: 1, BigramWeight: 1, CharWeight: 0.5, MaxBytes: 8192}
+		WordWeight: 1, BigramWeight: 0, CharWeight: 1, MaxBytes: 8192}
 }
 
 // Validate reports whether the configuration is usable.

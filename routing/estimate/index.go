@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
 	"unsafe"
 
 	"github.com/viterin/vek/vek32"
@@ -45,6 +46,13 @@ type Index interface {
 type Flat struct {
 	dim  int
 	vecs []float32
+	// Optional two-stage search: pre holds the first preDim dimensions of
+	// every row contiguously; a query first ranks rows by that partial dot
+	// product, keeps cand of them, and re-ranks those exactly.
+	pre     []float32
+	preDim  int
+	cand    int
+	scratch sync.Pool // *[]Neighbor
 }
 
 var _ Index = (*Flat)(nil)
@@ -56,6 +64,27 @@ func NewFlat(dim int, vecs []float32) (*Flat, error) {
 		return nil, fmt.Errorf("flat index: %d floats is not a multiple of dim %d", len(vecs), dim)
 	}
 	return &Flat{dim: dim, vecs: vecs}, nil
+}
+
+// SetPrefilter turns on two-stage search: rows are first ranked by the dot
+// product of their first preDim dimensions, the best candidates per query
+// are re-ranked with the full vectors. It is approximate (see README for
+// its recall); preDim = 0 turns it off. Call it before searching.
+func (f *Flat) SetPrefilter(preDim, candidates int) error {
+	if preDim == 0 {
+		f.pre, f.preDim, f.cand = nil, 0, 0
+		return nil
+	}
+	if preDim < 0 || preDim >= f.dim || candidates < 1 {
+		return fmt.Errorf("flat index: prefilter needs 0 < dims < %d and candidates ≥ 1, got %d and %d", f.dim, preDim, candidates)
+	}
+	n := f.Len()
+	pre := make([]float32, n*preDim)
+	for r := 0; r < n; r++ {
+		copy(pre[r*preDim:(r+1)*preDim], f.vecs[r*f.dim:r*f.dim+preDim])
+	}
+	f.pre, f.preDim, f.cand = pre, preDim, candidates
+	return nil
 }
 
 // Len returns the number of stored vectors.
@@ -74,6 +103,9 @@ func (f *Flat) Search(ctx context.Context, queries []float32, k int, out []Neigh
 	nq, err := checkSearch(f.dim, queries, k, out)
 	if err != nil {
 		return err
+	}
+	if f.pre != nil && f.Len() > 2*f.cand && f.cand >= k {
+		return f.searchTwoStage(ctx, queries, nq, k, out)
 	}
 	resetTop(out)
 	var buf [64]float32
@@ -101,6 +133,59 @@ func (f *Flat) Search(ctx context.Context, queries []float32, k int, out []Neigh
 			if top[k-1].Row >= 0 {
 				worst[q] = top[k-1].Sim
 			}
+		}
+	}
+	return nil
+}
+
+func (f *Flat) searchTwoStage(ctx context.Context, queries []float32, nq, k int, out []Neighbor) error {
+	d, pd, c := f.dim, f.preDim, f.cand
+	sp, _ := f.scratch.Get().(*[]Neighbor)
+	if sp == nil {
+		sp = new([]Neighbor)
+	}
+	defer f.scratch.Put(sp)
+	if cap(*sp) < nq*c {
+		*sp = make([]Neighbor, nq*c)
+	}
+	cand := (*sp)[:nq*c]
+	resetTop(cand)
+	var buf [64]float32
+	worst := buf[:0]
+	if nq > len(buf) {
+		worst = make([]float32, 0, nq)
+	}
+	for q := 0; q < nq; q++ {
+		worst = append(worst, float32(math.Inf(-1)))
+	}
+	n := f.Len()
+	for r := 0; r < n; r++ {
+		if r%4096 == 4095 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		row := f.pre[r*pd : (r+1)*pd]
+		for q := 0; q < nq; q++ {
+			s := vek32.Dot(queries[q*d:q*d+pd], row)
+			if s <= worst[q] {
+				continue
+			}
+			top := cand[q*c : (q+1)*c]
+			insertTop(top, Neighbor{Row: int32(r), Sim: s})
+			if top[c-1].Row >= 0 {
+				worst[q] = top[c-1].Sim
+			}
+		}
+	}
+	resetTop(out)
+	for q := 0; q < nq; q++ {
+		qv := queries[q*d : (q+1)*d]
+		top := out[q*k : (q+1)*k]
+		for _, cn := range cand[q*c : (q+1)*c] {
+			if cn.Row < 0 {
+				continue
+			}
+			r := int(cn.Row)
+			insertTop(top, Neighbor{Row: cn.Row, Sim: vek32.Dot(qv, f.vecs[r*d:(r+1)*d])})
 		}
 	}
 	return nil

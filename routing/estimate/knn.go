@@ -51,9 +51,14 @@ type Config struct {
 	// MaxModels bounds the number of distinct model names (default 64).
 	MaxModels int
 	// Index selects the search structure Open builds over the stored
-	// vectors: "exact", "hnsw" or "auto" (default: hnsw when a saved graph
-	// exists, else exact).
+	// vectors: "exact", "twostage" (exact scan of the first PrefilterDims
+	// dimensions, exact re-rank of PrefilterCandidates rows per query),
+	// "hnsw" or "auto" (default: hnsw when a saved graph exists, else
+	// exact).
 	Index string
+	// PrefilterDims and PrefilterCandidates tune "twostage" (defaults 96
+	// and 100).
+	PrefilterDims, PrefilterCandidates int
 	// Qdrant, when set, makes Open search this Qdrant collection (filled
 	// by `index build --qdrant-url`) instead of the local vectors.
 	Qdrant *QdrantConfig
@@ -98,6 +103,12 @@ func (c Config) withDefaults() Config {
 	if c.Index == "" {
 		c.Index = "auto"
 	}
+	if c.PrefilterDims == 0 {
+		c.PrefilterDims = 96
+	}
+	if c.PrefilterCandidates == 0 {
+		c.PrefilterCandidates = 100
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -128,9 +139,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("estimate: max models must be ≥ 1, got %d", c.MaxModels)
 	}
 	switch c.Index {
-	case "auto", "exact", "hnsw":
+	case "auto", "exact", "twostage", "hnsw":
 	default:
-		return fmt.Errorf("estimate: index must be auto, exact or hnsw, got %q", c.Index)
+		return fmt.Errorf("estimate: index must be auto, exact, twostage or hnsw, got %q", c.Index)
 	}
 	return nil
 }

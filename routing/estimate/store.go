@@ -447,6 +447,14 @@ func Open(dir string, cfg Config) (*KNN, error) {
 		return nil, fmt.Errorf("open index: %d label lines for %d vectors", len(lines), man.Count)
 	}
 	var idx Index = flat
+	if cfg.Index == "twostage" {
+		// A second Flat over the same vectors keeps k.flat plain for Save.
+		two, _ := NewFlat(dim, vecs)
+		if err := two.SetPrefilter(min(cfg.PrefilterDims, dim-1), cfg.PrefilterCandidates); err != nil {
+			return nil, fmt.Errorf("open index: %w", err)
+		}
+		idx = two
+	}
 	useHNSW := cfg.Index == "hnsw" || (cfg.Index == "auto" && man.Files.HNSW != "")
 	if useHNSW {
 		h, err := loadOrBuildHNSW(filepath.Join(dir, man.Files.HNSW), man.Files.HNSW != "", flat)
