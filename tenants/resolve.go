@@ -2,6 +2,8 @@ package tenants
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,7 +23,7 @@ type keyCache struct {
 
 	mu  sync.RWMutex
 	gen uint64
-	m   map[string]cacheEntry
+	m   map[[32]byte]cacheEntry // by SHA-256 of the secret
 }
 
 type cacheEntry struct {
@@ -30,10 +32,10 @@ type cacheEntry struct {
 }
 
 func newKeyCache(ttl time.Duration, max int) *keyCache {
-	return &keyCache{ttl: ttl, max: max, m: map[string]cacheEntry{}}
+	return &keyCache{ttl: ttl, max: max, m: map[[32]byte]cacheEntry{}}
 }
 
-func (c *keyCache) get(hash string, now time.Time) (*Principal, uint64) {
+func (c *keyCache) get(hash [32]byte, now time.Time) (*Principal, uint64) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	e, ok := c.m[hash]
@@ -43,7 +45,7 @@ func (c *keyCache) get(hash string, now time.Time) (*Principal, uint64) {
 	return nil, c.gen
 }
 
-func (c *keyCache) put(hash string, p *Principal, gen uint64, now time.Time) {
+func (c *keyCache) put(hash [32]byte, p *Principal, gen uint64, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if gen != c.gen {
@@ -86,16 +88,16 @@ func (s *Service) ResolveKey(ctx context.Context, secret string) (*Principal, er
 	if !WellFormedKey(secret) {
 		return nil, fmt.Errorf("malformed API key: %w", ErrUnauthorized)
 	}
-	hash := HashKey(secret)
+	sum := sha256.Sum256([]byte(secret))
 	now := s.clock.Now()
-	p, gen := s.cache.get(hash, now)
+	p, gen := s.cache.get(sum, now)
 	if p == nil {
 		var err error
-		p, err = s.loadPrincipal(ctx, hash)
+		p, err = s.loadPrincipal(ctx, hex.EncodeToString(sum[:]))
 		if err != nil {
 			return nil, err
 		}
-		s.cache.put(hash, p, gen, now)
+		s.cache.put(sum, p, gen, now)
 	}
 	s.touch(p.Key.ID, now)
 	return p, nil

@@ -19,7 +19,7 @@ type clock struct{ t time.Time }
 
 func (c *clock) Now() time.Time { return c.t }
 
-func newService(t *testing.T, e dbtest.Engine, clk *clock) (*tenants.Service, *sqlstore.Store) {
+func newService(t testing.TB, e dbtest.Engine, clk *clock) (*tenants.Service, *sqlstore.Store) {
 	t.Helper()
 	var st *sqlstore.Store
 	if e.Pool != nil {
