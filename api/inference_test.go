@@ -1097,3 +1097,94 @@ func TestRecentRequestsIsBounded(t *testing.T) {
 		t.Errorf("prompt cut to %q, want whole runes within 4 bytes", s.prompt)
 	}
 }
+
+// TestReleasedExactlyOnceOnEveryPath drives the real scheduler through
+// every way a request can end and checks that each assignment was
+// released once, the scheduler's in-flight counters are back at zero, and
+// one usage event was recorded with the right status.
+func TestReleasedExactlyOnceOnEveryPath(t *testing.T) {
+	chat := func(stream bool) string {
+		return fmt.Sprintf(`{"model":"auto","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+	}
+	for _, tc := range []struct {
+		name      string
+		cfg       vllmtest.Config
+		refused   bool // a refusing instance precedes the live one
+		body      string
+		hdr       map[string]string
+		cancel    bool // the client leaves after the upstream got the request
+		wantCode  int  // 0: not checked (client left)
+		wantEvent string
+	}{
+		{name: "ok", cfg: vllmtest.Config{}, body: chat(false), wantCode: 200, wantEvent: "ok"},
+		{name: "ok stream", cfg: vllmtest.Config{}, body: chat(true), wantCode: 200, wantEvent: "ok"},
+		{name: "upstream 500", cfg: vllmtest.Config{Status: 500}, body: chat(false), wantCode: 502, wantEvent: "error"},
+		{name: "upstream 500 stream", cfg: vllmtest.Config{Status: 500}, body: chat(true), wantCode: 502, wantEvent: "error"},
+		{name: "upstream 400", cfg: vllmtest.Config{Status: 400}, body: chat(true), wantCode: 400, wantEvent: "error"},
+		{name: "fail-over", cfg: vllmtest.Config{}, refused: true, body: chat(true), wantCode: 200, wantEvent: "ok"},
+		{name: "mid-stream death", cfg: vllmtest.Config{Tokens: 6, DieAfter: 2}, body: chat(true), wantCode: 200, wantEvent: "error"},
+		{name: "budget stop", cfg: vllmtest.Config{Tokens: 50}, body: chat(true), hdr: map[string]string{hdrBudget: "0.000012"}, wantCode: 200, wantEvent: "budget"},
+		{name: "client leaves waiting", cfg: vllmtest.Config{Hold: make(chan struct{})}, body: chat(false), cancel: true, wantEvent: "cancelled"},
+		{name: "client leaves mid-stream", cfg: vllmtest.Config{Tokens: 6, StallAfter: 2}, body: chat(true), cancel: true, wantEvent: "cancelled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cfg.Hold != nil {
+				defer close(tc.cfg.Hold)
+			}
+			tc.cfg.Model = "m"
+			up := vllmtest.New(t, tc.cfg)
+			live := inst("live", up.URL, "m")
+			// One output token costs $0.000002, so the budget stop
+			// cuts a stream the upstream would have continued.
+			live.PriceInPerMTok, live.PriceOutPerMTok = 0, 2
+			instances := []tenants.Instance{live}
+			policy := ""
+			if tc.refused {
+				instances = []tenants.Instance{inst("dead", vllmtest.RefusedURL(t), "m"), live}
+				policy = "round-robin"
+			}
+			e := newInfEnv(t, envOpts{realRouter: true, policy: policy, instances: instances})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for i := 0; i < 2 && (i == 0 || tc.refused); i++ { // round-robin: one of two hits the dead instance
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/chat/completions", strings.NewReader(tc.body))
+				req.Header.Set("Authorization", "Bearer "+testKey)
+				for k, v := range tc.hdr {
+					req.Header.Set(k, v)
+				}
+				done := make(chan int, 1)
+				go func() {
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						done <- 0
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					done <- resp.StatusCode
+				}()
+				if tc.cancel {
+					<-up.Arrived()
+					time.Sleep(30 * time.Millisecond)
+					cancel()
+				}
+				if code := <-done; tc.wantCode != 0 && code != tc.wantCode {
+					t.Fatalf("status %d, want %d", code, tc.wantCode)
+				}
+			}
+			g, r, _ := e.router.settled(t)
+			if g == 0 || g != r {
+				t.Errorf("granted %d released %d", g, r)
+			}
+			wantEvents := 1
+			if tc.refused {
+				wantEvents = 2
+			}
+			waitFor(t, func() bool { return len(e.meter.events()) >= wantEvents }, "the usage events")
+			evs := e.meter.events()
+			if len(evs) != wantEvents || evs[len(evs)-1].Status != tc.wantEvent {
+				t.Errorf("usage events %+v, want %d ending %q", evs, wantEvents, tc.wantEvent)
+			}
+		})
+	}
+}
