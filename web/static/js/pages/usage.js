@@ -49,7 +49,8 @@ export function render(ctx) {
       ['Plan', b.plan || 'none'],
       ['Subscription', sub + (b.suspended ? ' — inference suspended for non-payment' : '')],
       b.past_due_since ? ['Past due since', day(b.past_due_since)] : null,
-      ['Billing period', b.period_start ? `${day(b.period_start)} – ${b.period_end ? day(b.period_end) : 'now'}` : 'this calendar month (UTC)'],
+      // period_end is exclusive: show the last day inside the period.
+      ['Billing period', b.period_start ? `${day(b.period_start)} – ${b.period_end ? day(new Date(new Date(b.period_end).getTime() - 1).toISOString()) : 'now'}` : 'this calendar month (UTC)'],
       ['Spend this period', fmtUSD(b.spend_usd)],
       ['Requests this period', fmtInt(usage.requests || 0)],
       stripe ? ['Usage reported to Stripe', `${fmtInt(b.meter_events_sent || 0)} hourly meter events sent, ${fmtInt(b.meter_events_pending || 0)} waiting`] : null,
@@ -60,8 +61,10 @@ export function render(ctx) {
       ? h('p', { class: 'alert alert-ok' }, 'Checkout finished. The subscription shows as active once Stripe confirms it (a few seconds).')
       : back === 'cancelled' ? h('p', { class: 'alert alert-warn' }, 'Checkout was cancelled; nothing was charged.') : null;
     if (!stripe) {
+      let more = (b.message || '').replace(/^stripe is not configured on this server[.:]?\s*/i, '');
+      more = more ? more.charAt(0).toUpperCase() + more.slice(1) : 'Usage is metered and shown here, but nothing is charged.';
       return h('div', {}, dl, h('p', { class: 'note', id: 'stripe-note' }, h('strong', {}, 'Stripe is not configured on this server. '),
-        b.message || 'Usage is metered and shown here, but nothing is charged and there is no checkout.'));
+        more, ' There is no checkout until the operator configures it.'));
     }
     const active = ['active', 'trialing'].includes(String(sub).toLowerCase());
     const btn = h('button', { type: 'button', class: 'btn btn-primary' }, active ? 'Open Stripe Checkout again' : 'Subscribe with Stripe');
