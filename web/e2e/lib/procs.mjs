@@ -73,14 +73,14 @@ export async function waitFor(what, fn, { timeoutMs = 30_000, intervalMs = 200, 
  * startServer runs `routebalance serve` on a free loopback port with a
  * fresh data dir (embedded SQLite) and private endpoints allowed.
  */
-export async function startServer(bin, dataDir) {
+export async function startServer(bin, dataDir, extraArgs = []) {
   const port = await freePort();
   const env = { ...process.env };
   // Embedded SQLite in the temp data dir: the run shares no database with
   // anything else (scripts/test.sh exports DATABASE_URL for the Go tests).
   delete env.DATABASE_URL;
   for (const k of Object.keys(env)) if (k.startsWith('ROUTEBALANCE_')) delete env[k];
-  const proc = start(bin, ['serve', '--addr', `127.0.0.1:${port}`, '--data-dir', dataDir, '--allow-private-endpoints'], { env });
+  const proc = start(bin, ['serve', '--addr', `127.0.0.1:${port}`, '--data-dir', dataDir, '--allow-private-endpoints', ...extraArgs], { env });
   const base = `http://127.0.0.1:${port}`;
   await waitFor('routebalance serve /readyz', async () => (await fetch(`${base}/readyz`)).ok, { proc, timeoutMs: 60_000 });
   return { base, proc };
@@ -103,6 +103,29 @@ export async function startEmulator(bin) {
     await proc.stop();
     throw e;
   }
+}
+
+/** findStripeMock returns the stripe-mock binary (PATH, then GOPATH/bin), or ''. */
+export async function findStripeMock() {
+  for (const dir of (process.env.PATH || '').split(':')) {
+    if (dir && fs.existsSync(path.join(dir, 'stripe-mock'))) return path.join(dir, 'stripe-mock');
+  }
+  try {
+    const { stdout } = await run('go', ['env', 'GOPATH']);
+    const p = path.join(stdout.trim(), 'bin', 'stripe-mock');
+    return fs.existsSync(p) ? p : '';
+  } catch {
+    return '';
+  }
+}
+
+/** startStripeMock runs stripe-mock on free loopback ports; resolves to {url, proc}. */
+export async function startStripeMock(bin) {
+  const [httpPort, httpsPort] = [await freePort(), await freePort()];
+  const proc = start(bin, ['-http-addr', `127.0.0.1:${httpPort}`, '-https-addr', `127.0.0.1:${httpsPort}`]);
+  const url = `http://127.0.0.1:${httpPort}`;
+  await waitFor('stripe-mock', async () => (await fetch(`${url}/v1/customers`, { headers: { Authorization: 'Bearer sk_test_123' } })).ok, { proc, timeoutMs: 30_000 });
+  return { url, proc };
 }
 
 /** tempDir makes a fresh directory under the OS temp dir. */
