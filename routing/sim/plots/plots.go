@@ -50,6 +50,11 @@ func Write(dir string, cells []sim.Cell, rate float64) ([]string, error) {
 			{fmt.Sprintf("frontier_cost_l%g", at), "cost per 1,000 requests (USD)", cost},
 		} {
 			p := frontier(here, f.x, f.fx, fmt.Sprintf("quality vs %s at λ = %g req/s", f.x, at))
+			if f.name[:len("frontier_latency")] == "frontier_latency" {
+				p.X.Scale = plot.LogScale{}
+				p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+				p.X.Label.Text += ", log scale"
+			}
 			if err := save(p, dir, f.name); err != nil {
 				return names, err
 			}
@@ -123,6 +128,7 @@ func frontier(cells []sim.Cell, xlabel string, fx func(sim.Cell) float64, title 
 	}
 	p.Legend.Top = false
 	p.Legend.Left = false
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
 	return p
 }
 
@@ -161,6 +167,9 @@ func latencyVsRate(cells []sim.Cell) *plot.Plot {
 		}
 		ln.Color = palette(i)
 		ln.Width = vg.Points(1.2)
+		if i >= 8 { // the palette repeats: tell the second round apart by dashes
+			ln.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		}
 		pts.Color = palette(i)
 		pts.Shape = draw.CircleGlyph{}
 		pts.Radius = vg.Points(2)
@@ -169,6 +178,7 @@ func latencyVsRate(cells []sim.Cell) *plot.Plot {
 	}
 	p.Legend.Top = true
 	p.Legend.Left = true
+	p.Legend.TextStyle.Font.Size = vg.Points(7)
 	return p
 }
 
