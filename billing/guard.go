@@ -6,21 +6,39 @@ import (
 )
 
 // Guard is the spend-control check the inference path runs before
-// routing. It keeps the current month's spend per tenant and per key in
-// memory (loaded from the ledger when the meter starts, updated by every
-// Record) and the payment standing of each tenant (loaded from the
-// accounts table, updated by webhooks), so Check costs no database round
-// trip. Safe for concurrent use.
+// routing. It keeps the current month's billed spend per tenant and per
+// key in memory as two parts: what the ledger holds (loaded when the meter
+// starts, reloaded every Config.SpendRefresh so replicas see each other's
+// spend, and advanced by every batch this process writes) plus what this
+// process has recorded but not yet written. Check therefore costs no
+// database round trip. It also holds each tenant's payment standing
+// (loaded from the accounts table, updated by webhooks). Safe for
+// concurrent use.
 type Guard struct {
 	clock Clock
 	grace time.Duration
 
-	mu     sync.RWMutex
-	period time.Time          // month the spend maps belong to
-	tenant map[string]float64 // tenant id → billed USD this period
-	key    map[string]float64 // key id → billed USD this period
+	mu      sync.RWMutex
+	period  time.Time // month the spend maps belong to
+	ledger  spend     // in the ledger (last load + this process's writes since)
+	pending spend     // recorded here, not yet written
 	// overdue maps a tenant to the account whose payment is overdue.
 	overdue map[string]Account
+}
+
+// spend is billed USD per tenant and per key.
+type spend struct {
+	tenant map[string]float64
+	key    map[string]float64
+}
+
+func newSpend() spend { return spend{tenant: map[string]float64{}, key: map[string]float64{}} }
+
+func (s spend) add(tenantID, keyID string, usd float64) {
+	s.tenant[tenantID] += usd
+	if keyID != "" {
+		s.key[keyID] += usd
+	}
 }
 
 // NewGuard returns a Guard with no spend. grace is how long a tenant whose
@@ -33,8 +51,8 @@ func NewGuard(clock Clock, grace time.Duration) *Guard {
 		clock:   clock,
 		grace:   grace,
 		period:  PeriodStart(clock.Now()),
-		tenant:  map[string]float64{},
-		key:     map[string]float64{},
+		ledger:  newSpend(),
+		pending: newSpend(),
 		overdue: map[string]Account{},
 	}
 }
@@ -63,7 +81,8 @@ func (g *Guard) Check(l Limits) error {
 	period := PeriodStart(now)
 	var tSpent, kSpent float64
 	if period.Equal(g.period) {
-		tSpent, kSpent = g.tenant[l.TenantID], g.key[l.KeyID]
+		tSpent = g.ledger.tenant[l.TenantID] + g.pending.tenant[l.TenantID]
+		kSpent = g.ledger.key[l.KeyID] + g.pending.key[l.KeyID]
 	}
 	if l.KeyMonthlyUSD > 0 && l.KeyID != "" && kSpent >= l.KeyMonthlyUSD {
 		return &BudgetError{Scope: ScopeKey, ID: l.KeyID, LimitUSD: l.KeyMonthlyUSD, SpentUSD: kSpent, Period: period}
@@ -81,32 +100,51 @@ func (g *Guard) Spent(tenantID string) float64 {
 	if !PeriodStart(g.clock.Now()).Equal(g.period) {
 		return 0
 	}
-	return g.tenant[tenantID]
+	return g.ledger.tenant[tenantID] + g.pending.tenant[tenantID]
 }
 
-// add books usd (negative to take a duplicate back out) for a request that
-// finished at t. Spend of an older month is ignored; a newer month starts
-// a fresh period.
-func (g *Guard) add(tenantID, keyID string, t time.Time, usd float64) {
+// inPeriodLocked reports whether a request that finished at t counts in
+// the current period, starting a new period when t is in a later month.
+func (g *Guard) inPeriodLocked(t time.Time) bool {
 	p := PeriodStart(t)
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	if p.Before(g.period) {
-		return
+		return false
 	}
 	if p.After(g.period) {
 		g.rollLocked(p)
 	}
-	g.tenant[tenantID] += usd
-	if keyID != "" {
-		g.key[keyID] += usd
-	}
+	return true
 }
 
 func (g *Guard) rollLocked(p time.Time) {
 	g.period = p
-	g.tenant = map[string]float64{}
-	g.key = map[string]float64{}
+	g.ledger, g.pending = newSpend(), newSpend()
+}
+
+// book adds a recorded, not yet written request.
+func (g *Guard) book(ev *UsageEvent) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inPeriodLocked(ev.FinishedAt) {
+		g.pending.add(ev.TenantID, ev.KeyID, ev.BilledUSD)
+	}
+}
+
+// settle moves a written request out of pending (when booked) and, when
+// stored counts it into the ledger part. A duplicate (booked, not stored)
+// just leaves pending.
+func (g *Guard) settle(ev *UsageEvent, booked, stored bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.inPeriodLocked(ev.FinishedAt) {
+		return
+	}
+	if booked {
+		g.pending.add(ev.TenantID, ev.KeyID, -ev.BilledUSD)
+	}
+	if stored {
+		g.ledger.add(ev.TenantID, ev.KeyID, ev.BilledUSD)
+	}
 }
 
 // PeriodSpend is the ledger's billed total for one tenant and key since a
@@ -117,9 +155,9 @@ type PeriodSpend struct {
 	USD      float64
 }
 
-// load adds the ledger's totals for period to what Record has booked so
-// far (events recorded before the flusher started are not in the ledger
-// yet, so adding is exact).
+// load replaces the ledger part with the ledger's totals for period.
+// (A batch committed while the totals were read may be missed or counted
+// twice until the next load.)
 func (g *Guard) load(period time.Time, rows []PeriodSpend) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -129,11 +167,9 @@ func (g *Guard) load(period time.Time, rows []PeriodSpend) {
 	if !period.Equal(g.period) {
 		return
 	}
+	g.ledger = newSpend()
 	for _, r := range rows {
-		g.tenant[r.TenantID] += r.USD
-		if r.KeyID != "" {
-			g.key[r.KeyID] += r.USD
-		}
+		g.ledger.add(r.TenantID, r.KeyID, r.USD)
 	}
 }
 

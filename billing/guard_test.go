@@ -49,9 +49,10 @@ func TestGuardCheck(t *testing.T) {
 	now := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 	clk := &fixedClock{now}
 	g := NewGuard(clk, 72*time.Hour)
-	g.add("t1", "k1", now, 6)
-	g.add("t1", "k2", now, 3)
-	g.add("t1", "k1", now.AddDate(0, -1, 0), 100) // last month: ignored
+	g.book(&UsageEvent{TenantID: "t1", KeyID: "k1", FinishedAt: now, BilledUSD: 2})
+	g.load(PeriodStart(now), []PeriodSpend{{TenantID: "t1", KeyID: "k1", USD: 4}})
+	g.book(&UsageEvent{TenantID: "t1", KeyID: "k2", FinishedAt: now, BilledUSD: 3})
+	g.book(&UsageEvent{TenantID: "t1", KeyID: "k1", FinishedAt: now.AddDate(0, -1, 0), BilledUSD: 100}) // last month: ignored
 	g.SetStanding(Account{TenantID: "late", SubscriptionStatus: "past_due", PastDueSince: now.Add(-73 * time.Hour)})
 	g.SetStanding(Account{TenantID: "grace", SubscriptionStatus: "past_due", PastDueSince: now.Add(-time.Hour)})
 

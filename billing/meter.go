@@ -44,6 +44,9 @@ type Config struct {
 	Writers int
 	// ReplayInterval is how often spilled events are read back.
 	ReplayInterval time.Duration
+	// SpendRefresh is how often the month's spend is reloaded from the
+	// ledger into the Guard, so budgets count what other replicas served.
+	SpendRefresh time.Duration
 	// SpillDir is the directory of the append-only spill files (the data
 	// dir); required.
 	SpillDir string
@@ -67,6 +70,7 @@ func DefaultConfig() Config {
 		Batch:           5000,
 		Writers:         2,
 		ReplayInterval:  250 * time.Millisecond,
+		SpendRefresh:    30 * time.Second,
 		MinBackoff:      50 * time.Millisecond,
 		MaxBackoff:      10 * time.Second,
 		ShutdownTimeout: 15 * time.Second,
@@ -83,8 +87,8 @@ func (c Config) Validate() error {
 		return errors.New("billing: Batch must be ≥ 1")
 	case c.Writers < 1:
 		return errors.New("billing: Writers must be ≥ 1")
-	case c.ReplayInterval <= 0:
-		return errors.New("billing: ReplayInterval must be > 0")
+	case c.ReplayInterval <= 0 || c.SpendRefresh <= 0:
+		return errors.New("billing: ReplayInterval and SpendRefresh must be > 0")
 	case c.SpillDir == "":
 		return errors.New("billing: SpillDir is required (the data directory)")
 	case c.MinBackoff <= 0 || c.MaxBackoff < c.MinBackoff:
@@ -197,7 +201,7 @@ func (m *Meter) Record(ev UsageEvent) {
 		ev.RequestID = randomID()
 	}
 	ev.BilledUSD = m.cfg.Pricing.Bill(&ev)
-	m.guard.add(ev.TenantID, ev.KeyID, ev.FinishedAt, ev.BilledUSD)
+	m.guard.book(&ev)
 	m.mu.RLock()
 	if !m.closed {
 		select {
@@ -221,7 +225,8 @@ func (m *Meter) Stats() MeterStats {
 
 // Run owns the flushers: it writes spill files left by an earlier process,
 // loads this month's spend into the Guard, then writes queued events in
-// batches and replays spilled ones until ctx ends. Then it writes
+// batches, replays spilled ones and reloads the spend every SpendRefresh
+// until ctx ends. Then it writes
 // everything still queued (bounded by ShutdownTimeout; the rest is spilled
 // for the next start) and returns. Call it once.
 func (m *Meter) Run(ctx context.Context) error {
@@ -253,13 +258,17 @@ func (m *Meter) Run(ctx context.Context) error {
 
 // writer is one flusher goroutine: it takes whatever is queued (up to
 // Batch) and writes it in one transaction; the first writer also replays
-// spill files. It returns when ctx ends, with the batch it could not write.
-func (m *Meter) writer(ctx context.Context, replays bool) []UsageEvent {
-	var tick <-chan time.Time
-	if replays {
+// spill files and reloads the period spend. It returns when ctx ends, with
+// the batch it could not write.
+func (m *Meter) writer(ctx context.Context, first bool) []UsageEvent {
+	var tick, refresh <-chan time.Time
+	if first {
 		t := time.NewTicker(m.cfg.ReplayInterval)
 		defer t.Stop()
 		tick = t.C
+		r := time.NewTicker(m.cfg.SpendRefresh)
+		defer r.Stop()
+		refresh = r.C
 	}
 	batch := make([]UsageEvent, 0, m.cfg.Batch)
 	for {
@@ -275,6 +284,14 @@ func (m *Meter) writer(ctx context.Context, replays bool) []UsageEvent {
 			if err := m.replay(ctx); err != nil {
 				return nil
 			}
+		case <-refresh:
+			period := PeriodStart(m.clock.Now())
+			rows, err := m.ledger.PeriodSpend(ctx, period)
+			if err != nil {
+				m.log.Warn("billing: reload period spend", slog.Any("err", err))
+				continue
+			}
+			m.guard.load(period, rows)
 		}
 	}
 }
@@ -304,11 +321,12 @@ func (m *Meter) loadSpend(ctx context.Context) error {
 	})
 }
 
-// write inserts batch, retrying with backoff until it succeeds or ctx ends.
-// booked says the batch's spend is already in the Guard: duplicates found
-// by the first attempt are taken back out. After a failed attempt the
-// outcome of that attempt is unknown, so missing ids are no longer proof
-// of a duplicate and the Guard is left alone (a restart reloads it).
+// write inserts batch, retrying with backoff until it succeeds or ctx ends,
+// then settles each event in the Guard. booked says the events were
+// booked by this process's Record. An event the insert did not report is a
+// duplicate — unless an earlier attempt failed: its outcome is unknown, so
+// the event may be this batch's own row and is counted as stored (the next
+// spend reload corrects a true duplicate).
 func (m *Meter) write(ctx context.Context, batch []UsageEvent, booked bool) error {
 	uncertain := false
 	var inserted []string
@@ -326,20 +344,17 @@ func (m *Meter) write(ctx context.Context, batch []UsageEvent, booked bool) erro
 	}
 	m.written.Add(int64(len(inserted)))
 	m.dups.Add(int64(len(batch) - len(inserted)))
-	if !booked || uncertain || len(inserted) == len(batch) {
-		return nil
-	}
 	fresh := make(map[string]int, len(inserted))
 	for _, id := range inserted {
 		fresh[id]++
 	}
 	for i := range batch {
 		ev := &batch[i]
-		if fresh[ev.RequestID] > 0 {
+		stored := fresh[ev.RequestID] > 0
+		if stored {
 			fresh[ev.RequestID]--
-			continue
 		}
-		m.guard.add(ev.TenantID, ev.KeyID, ev.FinishedAt, -ev.BilledUSD)
+		m.guard.settle(ev, booked, stored || (uncertain && booked))
 	}
 	return nil
 }
