@@ -6,9 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/dmitryikh/leaves"
 	"github.com/routebalance/routebalance/routing"
@@ -26,6 +28,7 @@ var ErrBadModel = errors.New("latency: bad xgboost model")
 // with leaves. It implements Predictor and is safe for concurrent use.
 type XGB struct {
 	tpot, ttft *leaves.Ensemble
+	bufs       sync.Pool // *xgbBuf: leaves' slice arguments escape
 }
 
 var _ Predictor = (*XGB)(nil)
@@ -40,8 +43,26 @@ func (x *XGB) PredictTPOT(l routing.Load) (float64, bool) {
 	if x == nil || x.tpot == nil {
 		return 0, false
 	}
-	row := xgbRow(l)
-	return x.tpot.PredictSingle(row[:], 0), true
+	return x.predict(x.tpot, l), true
+}
+
+type xgbBuf struct {
+	row [len(xgbFeatureNames)]float64
+	out [1]float64
+}
+
+func (x *XGB) predict(e *leaves.Ensemble, l routing.Load) float64 {
+	b, _ := x.bufs.Get().(*xgbBuf)
+	if b == nil {
+		b = new(xgbBuf)
+	}
+	b.row = xgbRow(l)
+	v := math.NaN() // "no opinion" on error
+	if err := e.Predict(b.row[:], 0, b.out[:]); err == nil {
+		v = b.out[0]
+	}
+	x.bufs.Put(b)
+	return v
 }
 
 // PredictTTFT returns the TTFT model's prediction, ok=false without one.
@@ -49,8 +70,7 @@ func (x *XGB) PredictTTFT(l routing.Load) (float64, bool) {
 	if x == nil || x.ttft == nil {
 		return 0, false
 	}
-	row := xgbRow(l)
-	return x.ttft.PredictSingle(row[:], 0), true
+	return x.predict(x.ttft, l), true
 }
 
 // LoadXGBDir loads every "<tier>.tpot.bin" and "<tier>.ttft.bin" in dir
