@@ -78,6 +78,21 @@ func (c *keyCache) invalidateTenant(tenantID string) {
 	}
 }
 
+func (c *keyCache) invalidateAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	clear(c.m)
+}
+
+// InvalidateTenant drops the tenant's cached key resolutions; serve calls
+// it when another replica reports a change (sqlstore.Store.Watch).
+func (s *Service) InvalidateTenant(tenantID string) { s.cache.invalidateTenant(tenantID) }
+
+// InvalidateAll drops every cached key resolution (after changes may have
+// been missed).
+func (s *Service) InvalidateAll() { s.cache.invalidateAll() }
+
 // ResolveKey turns an API key secret into the Principal it acts as. Malformed,
 // unknown and revoked keys are ErrUnauthorized. Results are cached in memory
 // (Config.KeyCacheTTL); any change made through this Service to the key's

@@ -265,3 +265,47 @@ func TestLoginThrottle(t *testing.T) {
 		t.Errorf("count not reset by a success: %v", err)
 	}
 }
+
+// TestRevokeReachesOtherReplica runs two Services on one Postgres schema,
+// the second watching for changes: a key revoked through the first stops
+// resolving on the second without waiting for its cache TTL.
+func TestRevokeReachesOtherReplica(t *testing.T) {
+	pool := dbtest.Postgres(t)
+	e := dbtest.Engine{Name: "postgres", Pool: pool}
+	ctx := context.Background()
+	clk := &clock{t: time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)}
+	one, _ := newService(t, e, clk)
+	two, st2 := newService(t, e, clk)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan struct{}, 4)
+	go st2.Watch(wctx, two.InvalidateTenant, func() { two.InvalidateAll(); ready <- struct{}{} }) //nolint:errcheck
+	<-ready
+
+	tn, _, err := one.Signup(ctx, tenants.SignupInput{Email: "rep@example.com", Password: "replica-pass-1", Name: "R"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, secret, err := one.CreateKey(ctx, tn.ID, tenants.KeyInput{Name: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := two.ResolveKey(ctx, secret); err != nil { // now cached on two
+		t.Fatal(err)
+	}
+	if err := one.RevokeKey(ctx, tn.ID, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The clock is frozen, so the TTL cannot expire: only the notification
+	// can make two refuse the key. Poll (bounded) for its arrival.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := two.ResolveKey(ctx, secret); errors.Is(err, tenants.ErrUnauthorized) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica two still resolves the revoked key 10 s after the revoke")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -316,6 +316,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopBackground()
 	workers, bg := errgroup.WithContext(bg)
 	workers.Go(func() error { return svc.Run(bg) })
+	// Changes committed by other replicas (Postgres NOTIFY) drop this
+	// replica's cached key resolutions at once.
+	workers.Go(func() error { return store.Watch(bg, svc.InvalidateTenant, svc.InvalidateAll) })
 
 	deps := api.Deps{Log: log, Tenants: svc, Ready: db.ready}
 

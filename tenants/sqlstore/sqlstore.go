@@ -35,6 +35,7 @@ import (
 // concurrent use.
 type Store struct {
 	db       *sql.DB
+	pool     *pgxpool.Pool // set for Postgres (Watch)
 	postgres bool
 	rebound  sync.Map // query → Postgres form
 }
@@ -44,7 +45,7 @@ var _ tenants.Store = (*Store)(nil)
 // NewPostgres returns a Store over a pgx pool. The pool stays owned by the
 // caller.
 func NewPostgres(pool *pgxpool.Pool) *Store {
-	return &Store{db: stdlib.OpenDBFromPool(pool), postgres: true}
+	return &Store{db: stdlib.OpenDBFromPool(pool), pool: pool, postgres: true}
 }
 
 // NewSQLite returns a Store over a database opened with OpenSQLite.
@@ -197,10 +198,65 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// bump increments the tenant's config_version inside tx.
+// bump increments the tenant's config_version inside tx and, on Postgres,
+// notifies every replica's Watch when the transaction commits.
 func (s *Store) bump(ctx context.Context, tx *sql.Tx, tenantID string) error {
-	_, err := tx.ExecContext(ctx, s.q("UPDATE tenants SET config_version = config_version + 1 WHERE id = ?"), tenantID)
-	return err
+	if _, err := tx.ExecContext(ctx, s.q("UPDATE tenants SET config_version = config_version + 1 WHERE id = ?"), tenantID); err != nil {
+		return err
+	}
+	if s.postgres {
+		_, err := tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", notifyChannel, tenantID)
+		return err
+	}
+	return nil
+}
+
+// notifyChannel is the Postgres channel of tenant changes.
+const notifyChannel = "routebalance_tenants"
+
+// Watch reports tenant changes committed by any process sharing the
+// database, so each replica can drop cached API-key resolutions at once:
+// changed(tenantID) per change, and lost() whenever notifications may have
+// been missed (at every (re)connection), after which callers should drop
+// everything. It runs until ctx ends (reconnecting after errors, 1 s
+// apart) and returns nil. On SQLite (one process) it only waits for ctx.
+func (s *Store) Watch(ctx context.Context, changed func(tenantID string), lost func()) error {
+	if !s.postgres {
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		err := s.listen(ctx, changed, lost)
+		if ctx.Err() != nil {
+			return nil
+		}
+		_ = err // transient: reconnect below
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) listen(ctx context.Context, changed func(string), lost func()) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := c.Hijack() // a LISTENing connection never goes back to the pool
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return err
+	}
+	lost()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		changed(n.Payload)
+	}
 }
 
 // mutate runs fn in a transaction, requires it to have touched exactly one

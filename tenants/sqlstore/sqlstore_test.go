@@ -286,3 +286,39 @@ func TestStore(t *testing.T) {
 		})
 	})
 }
+
+// TestWatchSeesOtherReplicas runs on Postgres: a change committed through
+// one Store reaches another Store's Watch.
+func TestWatchSeesOtherReplicas(t *testing.T) {
+	pool := dbtest.Postgres(t)
+	a, b := sqlstore.NewPostgres(pool), sqlstore.NewPostgres(pool)
+	defer a.Close()
+	defer b.Close()
+	tn := account(t, a, 7)
+	ctx, cancel := context.WithCancel(context.Background())
+	changed := make(chan string, 16)
+	ready := make(chan struct{}, 4)
+	done := make(chan error, 1)
+	go func() { done <- b.Watch(ctx, func(id string) { changed <- id }, func() { ready <- struct{}{} }) }()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Watch did not start listening")
+	}
+	c := tenants.Cluster{ID: "cluster-w", TenantID: tn.ID, Name: "w", Policy: routing.PolicyConfig{Name: "routebalance"}, CreatedAt: t0, UpdatedAt: t0}
+	if err := a.CreateCluster(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-changed:
+		if id != tn.ID {
+			t.Errorf("notified tenant %q, want %q", id, tn.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification within 10 s of a committed change")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Watch returned %v", err)
+	}
+}
