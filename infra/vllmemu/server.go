@@ -433,7 +433,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 // serve runs a generation job: model check, faults, engine, response.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, j *job) {
 	if j.model != "" && j.model != s.model {
-		writeError(w, http.StatusNotFound, "model", fmt.Sprintf("The model `%s` does not exist.", j.model))
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("The model `%s` does not exist.", j.model)) // vLLM sends param null here
 		return
 	}
 	ctx := r.Context()

@@ -225,7 +225,7 @@ func TestUnknownModelAndBadRequest(t *testing.T) {
 		{"/v1/completions", `{"model":"big","prompt":[1,2,3]}`, 400, "prompt"},
 		{"/v1/completions", `{"model":"big","prompt":"x","max_tokens":8192}`, 400, "max_tokens"},
 		{"/v1/completions", `{"model":"big","prompt":"x","max_tokens":8191}`, 200, ""},
-		{"/v1/completions", `{"model":"nope","prompt":"x"}`, 404, "model"},
+		{"/v1/completions", `{"model":"nope","prompt":"x"}`, 404, ""},
 		{"/v1/embeddings", `{}`, 404, ""},
 	}
 	for _, tt := range tests {
