@@ -45,6 +45,11 @@ type Outcome struct {
 	// client (cancel, bad request).
 	Err      error
 	Upstream bool
+	// Truncated reports that the output was cut short — by max_tokens
+	// (finish_reason "length") or by the request's budget — so
+	// OutputTokens is a lower bound of the model's natural length, not a
+	// sample of it.
+	Truncated bool
 }
 
 // Assignment is a granted slot on one instance. Its holder must call

@@ -141,6 +141,9 @@ func TestNonStreamChat(t *testing.T) {
 	if res.Outcome.E2E <= 0 {
 		t.Errorf("E2E = %v, want > 0", res.Outcome.E2E)
 	}
+	if !res.Outcome.Truncated {
+		t.Error("an answer cut by max_tokens is not marked truncated")
+	}
 	var got struct {
 		Model   string `json:"model"`
 		Choices []struct {
@@ -218,6 +221,9 @@ func TestStreamChatHidesUsageTheClientDidNotAskFor(t *testing.T) {
 	}
 	if !res.UsageReported || res.Outcome.OutputTokens != 4 || res.Outcome.PromptTokens != 2 {
 		t.Errorf("usage reported=%v out=%d prompt=%d", res.UsageReported, res.Outcome.OutputTokens, res.Outcome.PromptTokens)
+	}
+	if res.Outcome.Truncated {
+		t.Error("a stream that stopped by itself is marked truncated")
 	}
 	if res.Outcome.TTFT <= 0 || res.Outcome.TTFT >= res.Outcome.E2E {
 		t.Errorf("TTFT %v, E2E %v: want 0 < TTFT < E2E", res.Outcome.TTFT, res.Outcome.E2E)
@@ -314,8 +320,8 @@ func TestStreamStopsWhenBudgetIsSpent(t *testing.T) {
 			if res.Status != ResultBudget || res.Outcome.Err != nil {
 				t.Fatalf("status %q err %v, want budget", res.Status, res.Outcome.Err)
 			}
-			if res.Outcome.OutputTokens != 3 {
-				t.Errorf("output tokens %d, want 3", res.Outcome.OutputTokens)
+			if res.Outcome.OutputTokens != 3 || !res.Outcome.Truncated {
+				t.Errorf("output tokens %d truncated %v, want 3 true", res.Outcome.OutputTokens, res.Outcome.Truncated)
 			}
 			evs := events(t, w.String())
 			if len(evs) != tc.wantEvents || evs[len(evs)-1] != "[DONE]" {

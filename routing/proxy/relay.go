@@ -118,8 +118,9 @@ func (r *Response) relayBody(ctx context.Context, w Writer) Result {
 	var body struct {
 		Usage   *usage `json:"usage"`
 		Choices []struct {
-			Text    string `json:"text"`
-			Message struct {
+			FinishReason string `json:"finish_reason"`
+			Text         string `json:"text"`
+			Message      struct {
 				Content          string          `json:"content"`
 				ReasoningContent string          `json:"reasoning_content"`
 				ToolCalls        json.RawMessage `json:"tool_calls"`
@@ -127,6 +128,9 @@ func (r *Response) relayBody(ctx context.Context, w Writer) Result {
 		} `json:"choices"`
 	}
 	if json.Unmarshal(raw, &body) == nil {
+		for _, c := range body.Choices {
+			res.Outcome.Truncated = res.Outcome.Truncated || c.FinishReason == "length"
+		}
 		if body.Usage != nil {
 			res.UsageReported = true
 			res.Outcome.PromptTokens = body.Usage.PromptTokens
@@ -199,6 +203,7 @@ type streamState struct {
 	open     map[int]bool // choice indexes seen without a finish_reason
 	upUsage  *usage
 	upErr    bool // the upstream sent an error event
+	cut      bool // a choice finished with "length"
 	bytes    int64
 	writeErr error
 }
@@ -297,6 +302,7 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 		res.Outcome.OutputTokens = s.upUsage.CompletionTokens
 	}
 
+	res.Outcome.Truncated = s.cut || budgetHit
 	switch {
 	case budgetHit:
 		s.stopForBudget()
@@ -373,6 +379,7 @@ func (s *streamState) event(payload []byte, prog Progress) (done, budgetHit bool
 	for _, ch := range c.Choices {
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
 			s.open[ch.Index] = false
+			s.cut = s.cut || *ch.FinishReason == "length"
 		} else if _, seen := s.open[ch.Index]; !seen {
 			s.open[ch.Index] = true
 		}

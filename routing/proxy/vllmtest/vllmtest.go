@@ -188,10 +188,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		vllmError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", m))
 		return
 	}
-	n := s.cfg.Tokens
+	// The reply is Tokens long ("stop") unless max_tokens cuts it
+	// ("length").
+	n, finish := s.cfg.Tokens, "stop"
 	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
-		if v, ok := body[k].(float64); ok && int(v) < n {
-			n = int(v)
+		if v, ok := body[k].(float64); ok && int(v) <= n {
+			n, finish = int(v), "length"
 		}
 	}
 	prompt := promptWords(body, chat)
@@ -205,7 +207,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		}
 	}
 	if stream {
-		s.stream(w, r, body, chat, n, prompt)
+		s.stream(w, r, body, chat, n, prompt, finish)
 		return
 	}
 	words := make([]string, n)
@@ -218,11 +220,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		resp["object"] = "chat.completion"
 		resp["choices"] = []any{map[string]any{
 			"index": 0, "message": map[string]any{"role": "assistant", "content": text},
-			"logprobs": nil, "finish_reason": "length",
+			"logprobs": nil, "finish_reason": finish,
 		}}
 	} else {
 		resp["object"] = "text_completion"
-		resp["choices"] = []any{map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": "length"}}
+		resp["choices"] = []any{map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": finish}}
 	}
 	if !s.cfg.OmitUsage {
 		resp["usage"] = map[string]any{"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
@@ -231,7 +233,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	s.finished.Add(1)
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, body map[string]any, chat bool, n, prompt int) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, body map[string]any, chat bool, n, prompt int, finish string) {
 	fl := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -283,7 +285,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, body map[string]
 			time.Sleep(s.cfg.TokenDelay)
 		}
 	}
-	if !send([]any{choice("", "length")}, nil) {
+	if !send([]any{choice("", finish)}, nil) {
 		s.cancelled.Add(1)
 		return
 	}
