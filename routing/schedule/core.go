@@ -260,6 +260,16 @@ func (c *Core) Assign(ctx context.Context, now time.Time, tickets []*Ticket) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Where each model's estimates come from, for State: the batch's best.
+	for m := range c.sources {
+		src := routing.SourcePrior
+		for j := range ests {
+			if m < len(ests[j].Source) && ests[j].Source[m] > src {
+				src = ests[j].Source[m]
+			}
+		}
+		c.sources[m] = src
+	}
 	c.buildView(now)
 	c.orderBatch(ests)
 	c.notify = c.notify[:0]
@@ -543,7 +553,6 @@ func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, bat
 	}
 	if cand.Model < len(est.Source) {
 		d.QualitySource = est.Source[cand.Model]
-		c.sources[cand.Model] = d.QualitySource
 	}
 	if b := budgetOf(r); b > 0 && v.inst.PriceOutPerMTok > 0 {
 		afford := (b - v.inst.CostUSD(float64(r.PromptTokens), 0)) / (v.inst.PriceOutPerMTok / 1e6)

@@ -573,3 +573,26 @@ func TestEstimatorFailureFallsBack(t *testing.T) {
 		t.Errorf("decision %s Q̂ %v source %s, want big-0 0.7 prior", d.Instance.ID, d.PredictedQuality, d.QualitySource)
 	}
 }
+
+// TestState: the live view reports each instance's counters, prediction
+// state, scrape freshness and the source of its model's estimates.
+func TestState(t *testing.T) {
+	c, est, lat := twoTier()
+	c.Instances[1].MaxConcurrency = 1
+	core := newCore(t, Config{}, Deps{Estimator: est, Latency: lat}, c)
+	small := core.Fleet().Lookup("small-0")
+	core.Fleet().ReportScrape(t0, small, fleet.Scrape{Running: 3, Waiting: 1, KVUsage: 0.25}, nil)
+	cost := routing.Weights{Cost: 1}
+	a := assign(core, t0, &routing.Request{ID: "a", Prompt: "q", Weights: cost})[0]
+	assign(core, t0, &routing.Request{ID: "b", Prompt: "q", Weights: cost}) // queued behind the cap
+	got := core.State(t0.Add(time.Second))
+	want := []InstanceState{
+		{ID: "big-0", Model: "big", GPU: "h100", Tier: "big@h100", Healthy: true, Exploring: true, MaxConcurrency: 64, Stale: true, EstimateSource: "index"},
+		{ID: "small-0", Model: "small", GPU: "a10", Tier: "small@a10", Healthy: true, Exploring: true, InFlight: 1, MaxConcurrency: 1, Queue: 1,
+			Running: 3, Waiting: 1, KVUsage: 0.25, PendingTokens: 100 - (1-0.05)/0.01, TPOTMs: 10, ScrapeAgeMs: 1000, EstimateSource: "index"},
+	}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(x, y float64) bool { return x-y < 1e-6 && y-x < 1e-6 })); diff != "" {
+		t.Errorf("state (-want +got):\n%s", diff)
+	}
+	core.Release(t0, a, routing.Outcome{OutputTokens: 5})
+}

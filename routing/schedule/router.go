@@ -349,7 +349,8 @@ type InstanceState struct {
 	Served         int     `json:"served"`
 	Failed         int     `json:"failed"`
 	// EstimateSource says where the model's quality estimates come from
-	// (prior, index, cluster, oracle), as of the last decision.
+	// (prior, index, cluster, oracle), as of the last batch: the most
+	// informed source any of its requests got.
 	EstimateSource string `json:"estimate_source"`
 }
 
