@@ -9,6 +9,10 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?ssl
 go vet ./...
 go test -count=1 -timeout 20m ./...
 
+# The Helm chart (its own module, so the Kubernetes libraries stay out of the
+# service's build): render offline and decode strictly into k8s.io/api types.
+(cd infra/helm && go vet ./... && go test -count=1 ./...)
+
 # Dashboard browser tests: build and start the real server and emulator,
 # drive Debian's chromium with playwright-core. Outside CI a missing
 # chromium skips them; with CI=true it fails.
