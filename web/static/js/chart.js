@@ -80,10 +80,8 @@ function swatch(color, dashed) {
 
 function svgChart(w, opts, series) {
   const H = opts.height || 200;
-  const m = { l: 56, r: 14, t: 10, b: 26 };
-  const pw = w - m.l - m.r;
-  const ph = H - m.t - m.b;
   const fmt = opts.yFormat || ((v) => String(v));
+  const m = { l: 56, r: 14, t: 10, b: 26 };
   let tmin = Infinity; let tmax = -Infinity; let ymax = 0;
   for (const se of series) for (const p of se.points) {
     tmin = Math.min(tmin, p.t); tmax = Math.max(tmax, p.t); ymax = Math.max(ymax, p.y || 0);
@@ -101,8 +99,12 @@ function svgChart(w, opts, series) {
     if (bar) { tmin -= slot / 2; tmax += slot / 2; }
     if (tmax === tmin) { tmin -= slot; tmax += slot; }
   }
-  const yt = niceTicks(ymax * 1.05 || 1, ph < 150 ? 3 : 4, !!opts.integer);
+  const yt = niceTicks(ymax * 1.05 || 1, H - m.t - m.b < 150 ? 3 : 4, !!opts.integer);
   const ytop = yt[yt.length - 1];
+  // Room for the longest y label (11 px text, about 6.5 px per character).
+  m.l = Math.max(40, Math.ceil(Math.max(...yt.map((v) => fmt(v).length)) * 6.5) + 12);
+  const pw = w - m.l - m.r;
+  const ph = H - m.t - m.b;
   const X = (t) => m.l + ((t - tmin) / (tmax - tmin)) * pw;
   const Y = (v) => m.t + ph - (v / ytop) * ph;
   const svg = s('svg', { width: w, height: H, viewBox: `0 0 ${w} ${H}`, role: 'img', 'aria-label': opts.label || opts.caption || 'chart' });

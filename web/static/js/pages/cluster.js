@@ -97,6 +97,7 @@ export function render(ctx) {
         return;
       }
       replace(instSlot, instanceTable(instances));
+      drawState(); // label the live rows with what was just loaded
     }
 
     function instanceTable(insts) {
@@ -153,11 +154,18 @@ export function render(ctx) {
       }
       if (ctx.signal.aborted) return;
       // {cluster_id, live, state: [schedule.InstanceState] | null, instances: [registered]}
-      const rows = st && Array.isArray(st.state) ? st.state : Array.isArray(st) ? st : [];
-      replace(stateSlot, st && st.live === false
+      lastState = st;
+      drawState();
+      stateStatus.textContent = `Updated ${new Date().toLocaleTimeString('en-US', { hour12: false })} · every ${STATE_MS / 1000} s`;
+    }
+    let lastState = null;
+    function drawState() {
+      const st = lastState;
+      if (!st) return;
+      const rows = Array.isArray(st.state) ? st.state : Array.isArray(st) ? st : [];
+      replace(stateSlot, st.live === false
         ? h('p', { class: 'empty', id: 'state-none' }, 'No live state yet: the router builds its view of a cluster when the cluster routes its first request.')
         : stateTable(rows, instances));
-      stateStatus.textContent = `Updated ${new Date().toLocaleTimeString('en-US', { hour12: false })} · every ${STATE_MS / 1000} s`;
     }
 
     refreshInstances();
@@ -199,7 +207,7 @@ function stateTable(rows, instances) {
       const tpotMs = pick(r, 'tpot_ms');
       const ageMs = pick(r, 'scrape_age_ms');
       const stale = !!pick(r, 'stale');
-      const label = inst ? `${inst.model} @ ${hostOf(inst.base_url)}` : (pick(r, 'model') ? `${pick(r, 'model')} (${String(idv).slice(0, 8)})` : idv);
+      const label = inst ? `${inst.model} @ ${hostOf(inst.base_url)}` : (pick(r, 'model') ? `${pick(r, 'model')} (…${String(idv).slice(-6)})` : idv);
       const disabled = pick(r, 'disabled') || (inst && inst.disabled);
       const maxc = pick(r, 'max_concurrency');
       const kv = pick(r, 'kv_usage');

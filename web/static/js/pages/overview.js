@@ -29,7 +29,8 @@ export function render(ctx) {
       const { clusters } = await loadClusters(ctx.api);
       for (const c of clusters) {
         const insts = list(await ctx.api.get(`/clusters/${encodeURIComponent(c.id)}/instances`), 'instances');
-        for (const i of insts) instLabels.set(i.id, `${i.model} @ ${hostOf(i.base_url)}`);
+        // Host first: replicas of one model differ only there.
+        for (const i of insts) instLabels.set(i.id, `${hostOf(i.base_url)} · ${i.model}`);
       }
     } catch { instLabels = new Map(); }
   }
