@@ -151,6 +151,12 @@ func (m *Models) Tier(tier string) *Tier {
 	return t
 }
 
+// Bind returns the model of one tier as a routing.TierLatency, for callers
+// that look a tier up once and predict many times; it sees later learning.
+func (m *Models) Bind(tier string) routing.TierLatency { return m.Tier(tier) }
+
+var _ routing.TierLatency = (*Tier)(nil)
+
 // SetPrior resets a tier's analytic model to prior (keeping any trained
 // predictor).
 func (m *Models) SetPrior(tier string, p Prior) {

@@ -134,3 +134,16 @@ func BenchmarkTPOT(b *testing.B) {
 		}
 	}
 }
+
+func TestBindSeesLearning(t *testing.T) {
+	m, _ := New(Config{})
+	b := m.Bind("x@y")
+	l := routing.Load{Running: 4}
+	before := b.TPOT(l)
+	for i := 0; i < 200; i++ {
+		m.Observe("x@y", l, 0.200, 0.5)
+	}
+	if after := b.TPOT(l); !(after > before && math.Abs(after-0.200) < 0.01) {
+		t.Errorf("bound TPOT went %v → %v after 200 observations of 0.200, want ≈ 0.200", before, after)
+	}
+}
