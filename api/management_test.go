@@ -186,6 +186,14 @@ func TestManagementFlow(t *testing.T) {
 			t.Errorf("test-connection without the upstream key should report failure: %d %s", r.status, r.raw)
 		}
 
+		dead := httptest.NewServer(http.NotFoundHandler())
+		deadURL := dead.URL
+		dead.Close()
+		r = e.do("POST", "/api/v1/clusters/"+cid+"/instances/test-connection", tok, map[string]any{"base_url": deadURL})
+		if h, _ := r.body["health"].(map[string]any); r.status != 200 || r.body["ok"] != false || h["error"] == "" || h["error"] == nil {
+			t.Errorf("test-connection to a closed port should report the failure: %d %s", r.status, r.raw)
+		}
+
 		r = e.do("POST", "/api/v1/clusters/"+cid+"/instances", tok, map[string]any{
 			"base_url": upstream.URL, "model": "qwen2.5-7b", "gpu": "L4", "tensor_parallel": 1,
 			"price_in_per_mtok": 0.1, "price_out_per_mtok": 0.3, "max_concurrency": 16, "api_key": "sk-up",
