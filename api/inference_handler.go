@@ -332,10 +332,13 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 		log := h.log
 		c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 			res := proxy.Result{Status: proxy.ResultError}
+			sent := &tokenTally{a: a}
 			defer func() {
 				if r := recover(); r != nil {
 					log.Error("panic while relaying a stream", slog.String("request_id", x.id), slog.Any("panic", r))
-					res.Outcome.Err = fmt.Errorf("panic while relaying: %v", r)
+					// meter what had been streamed before the panic
+					res.Outcome = routing.Outcome{Err: fmt.Errorf("panic while relaying: %v", r),
+						PromptTokens: body.promptTokens, OutputTokens: sent.n}
 					res.Status = proxy.ResultError
 					resp.Close()
 				}
@@ -349,10 +352,22 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 				}
 				x.record(a, &res, res.Status, status)
 			}()
-			res = resp.Relay(ctx, w, a)
+			res = resp.Relay(ctx, w, sent)
 		})
 		return nil
 	}
+}
+
+// tokenTally forwards streamed-token progress to the assignment and keeps
+// the last count (owned by the stream goroutine).
+type tokenTally struct {
+	a *routing.Assignment
+	n int
+}
+
+func (t *tokenTally) Progress(n int) {
+	t.n = n
+	t.a.Progress(n)
 }
 
 // bodyBuffer collects a non-streamed body.

@@ -886,6 +886,9 @@ func TestReleasedExactlyOnceOnPanic(t *testing.T) {
 		t.Errorf("granted %d released %d outcomes %+v", g, r, outs)
 	}
 	waitFor(t, func() bool { return len(e.meter.events()) == 1 }, "the usage event")
+	if ev := e.meter.events()[0]; ev.Status != "error" || ev.OutputTokens != 2 {
+		t.Errorf("usage event after the panic %+v, want status error with the 2 tokens sent", ev)
+	}
 	// The server is still serving.
 	e.fake.onToken = nil
 	if resp, body := e.post(t, "/v1/chat/completions", testKey, `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
