@@ -20,7 +20,10 @@ type Account struct {
 	// PastDueSince is when a payment first failed and has stayed unpaid;
 	// zero while in good standing.
 	PastDueSince time.Time `json:"past_due_since,omitzero"`
-	UpdatedAt    time.Time `json:"updated_at"`
+	// StateAt is when the newest Stripe event applied to the subscription
+	// or payment state was created; older events arriving late are ignored.
+	StateAt   time.Time `json:"-"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Plan names the tenant's plan as shown to users: "metered" with an active

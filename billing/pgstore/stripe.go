@@ -13,15 +13,15 @@ import (
 )
 
 const accountCols = `tenant_id, coalesce(stripe_customer_id, ''), subscription_id, subscription_status, price_id,
-	current_period_end, past_due_since, updated_at`
+	current_period_end, past_due_since, state_at, updated_at`
 
 func scanAccount(r pgx.Row) (billing.Account, error) {
 	var (
 		a           billing.Account
-		end, pastDu *time.Time
+		end, pastDu, stateAt *time.Time
 	)
 	if err := r.Scan(&a.TenantID, &a.StripeCustomerID, &a.SubscriptionID, &a.SubscriptionStatus, &a.PriceID,
-		&end, &pastDu, &a.UpdatedAt); err != nil {
+		&end, &pastDu, &stateAt, &a.UpdatedAt); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return a, billing.ErrNotFound
 		}
@@ -32,6 +32,9 @@ func scanAccount(r pgx.Row) (billing.Account, error) {
 	}
 	if pastDu != nil {
 		a.PastDueSince = pastDu.UTC()
+	}
+	if stateAt != nil {
+		a.StateAt = stateAt.UTC()
 	}
 	a.UpdatedAt = a.UpdatedAt.UTC()
 	return a, nil
@@ -114,14 +117,14 @@ func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref bi
 		}
 		fn(&acct)
 		_, err = tx.Exec(ctx, `INSERT INTO billing_accounts (tenant_id, stripe_customer_id, subscription_id,
-			subscription_status, price_id, current_period_end, past_due_since, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+			subscription_status, price_id, current_period_end, past_due_since, state_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())
 			ON CONFLICT (tenant_id) DO UPDATE SET stripe_customer_id = EXCLUDED.stripe_customer_id,
 			subscription_id = EXCLUDED.subscription_id, subscription_status = EXCLUDED.subscription_status,
 			price_id = EXCLUDED.price_id, current_period_end = EXCLUDED.current_period_end,
-			past_due_since = EXCLUDED.past_due_since, updated_at = now()`,
+			past_due_since = EXCLUDED.past_due_since, state_at = EXCLUDED.state_at, updated_at = now()`,
 			acct.TenantID, nullString(acct.StripeCustomerID), acct.SubscriptionID, acct.SubscriptionStatus,
-			acct.PriceID, nullTime(acct.CurrentPeriodEnd), nullTime(acct.PastDueSince))
+			acct.PriceID, nullTime(acct.CurrentPeriodEnd), nullTime(acct.PastDueSince), nullTime(acct.StateAt))
 		return err
 	})
 	if errors.Is(err, billing.ErrNotFound) {

@@ -12,18 +12,18 @@ import (
 )
 
 const accountCols = `tenant_id, coalesce(stripe_customer_id, ''), subscription_id, subscription_status, price_id,
-	current_period_end_ms, past_due_since_ms, updated_ms`
+	current_period_end_ms, past_due_since_ms, state_at_ms, updated_ms`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanAccount(r scanner) (billing.Account, error) {
 	var (
 		a            billing.Account
-		end, pastDue sql.NullInt64
-		upd          int64
+		end, pastDue, stateAt sql.NullInt64
+		upd                   int64
 	)
 	if err := r.Scan(&a.TenantID, &a.StripeCustomerID, &a.SubscriptionID, &a.SubscriptionStatus, &a.PriceID,
-		&end, &pastDue, &upd); err != nil {
+		&end, &pastDue, &stateAt, &upd); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return a, billing.ErrNotFound
 		}
@@ -34,6 +34,9 @@ func scanAccount(r scanner) (billing.Account, error) {
 	}
 	if pastDue.Valid {
 		a.PastDueSince = fromMs(pastDue.Int64)
+	}
+	if stateAt.Valid {
+		a.StateAt = fromMs(stateAt.Int64)
 	}
 	a.UpdatedAt = fromMs(upd)
 	return a, nil
@@ -133,14 +136,14 @@ func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref bi
 	}
 	fn(&acct)
 	_, err = tx.ExecContext(ctx, `INSERT INTO billing_accounts (tenant_id, stripe_customer_id, subscription_id,
-		subscription_status, price_id, current_period_end_ms, past_due_since_ms, updated_ms)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		subscription_status, price_id, current_period_end_ms, past_due_since_ms, state_at_ms, updated_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (tenant_id) DO UPDATE SET stripe_customer_id = excluded.stripe_customer_id,
 		subscription_id = excluded.subscription_id, subscription_status = excluded.subscription_status,
 		price_id = excluded.price_id, current_period_end_ms = excluded.current_period_end_ms,
-		past_due_since_ms = excluded.past_due_since_ms, updated_ms = excluded.updated_ms`,
+		past_due_since_ms = excluded.past_due_since_ms, state_at_ms = excluded.state_at_ms, updated_ms = excluded.updated_ms`,
 		acct.TenantID, nullString(acct.StripeCustomerID), acct.SubscriptionID, acct.SubscriptionStatus,
-		acct.PriceID, nullMs(acct.CurrentPeriodEnd), nullMs(acct.PastDueSince), nowMs())
+		acct.PriceID, nullMs(acct.CurrentPeriodEnd), nullMs(acct.PastDueSince), nullMs(acct.StateAt), nowMs())
 	if err != nil {
 		return acct, false, fmt.Errorf("billing sqlitestore: apply webhook: %w", err)
 	}

@@ -290,6 +290,9 @@ func effect(typ stripe.EventType, raw json.RawMessage, at time.Time) (billing.Ac
 			if a.StripeCustomerID == "" {
 				a.StripeCustomerID = ref.CustomerID
 			}
+			if stale(a, at) {
+				return
+			}
 			a.SubscriptionID, a.SubscriptionStatus = sub.ID, status
 			if price != "" {
 				a.PriceID = price
@@ -317,12 +320,18 @@ func effect(typ stripe.EventType, raw json.RawMessage, at time.Time) (billing.Ac
 		}
 		if typ == "invoice.payment_failed" {
 			return ref, func(a *billing.Account) {
+				if stale(a, at) {
+					return
+				}
 				if a.PastDueSince.IsZero() {
 					a.PastDueSince = at
 				}
 			}, nil
 		}
 		return ref, func(a *billing.Account) {
+			if stale(a, at) {
+				return
+			}
 			a.PastDueSince = time.Time{}
 			if a.SubscriptionStatus == "past_due" || a.SubscriptionStatus == "unpaid" {
 				a.SubscriptionStatus = "active"
@@ -350,6 +359,17 @@ func effect(typ stripe.EventType, raw json.RawMessage, at time.Time) (billing.Ac
 		}, nil
 	}
 	return billing.AccountRef{}, nil, nil
+}
+
+// stale reports whether an event created at is older than the newest one
+// already applied to a's subscription/payment state (Stripe does not
+// deliver in order); otherwise it advances a.StateAt to at.
+func stale(a *billing.Account, at time.Time) bool {
+	if at.Before(a.StateAt) {
+		return true
+	}
+	a.StateAt = at
+	return false
 }
 
 // AggregateOnce moves every closed hour (before the start of the current

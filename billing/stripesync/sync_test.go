@@ -406,13 +406,19 @@ func TestWebhooks(t *testing.T) {
 
 			// Subscription events set the plan state shown by GET /api/v1/billing.
 			end := now.Add(30 * 24 * time.Hour)
-			sub := event("evt_sub_"+name, "customer.subscription.updated", now, map[string]any{
+			sub := event("evt_sub_"+name, "customer.subscription.updated", now.Add(grace+time.Minute), map[string]any{
 				"id": "sub_1", "object": "subscription", "customer": "cus_w_" + name, "status": "active",
 				"current_period_end": end.Unix(), "metadata": map[string]string{},
 				"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_1", "object": "subscription_item",
 					"price": map[string]any{"id": "price_metered", "object": "price"}}}}})
 			if code, r := postWebhook(t, srv, sub, sign(sub, whsec, time.Now())); code != 200 || !r.Applied {
 				t.Fatalf("subscription.updated: %d %+v", code, r)
+			}
+			// Stripe does not deliver in order: an older update arriving late changes nothing.
+			old := event("evt_sub_old_"+name, "customer.subscription.updated", now.Add(time.Hour), map[string]any{
+				"id": "sub_1", "object": "subscription", "customer": "cus_w_" + name, "status": "past_due", "metadata": map[string]string{}})
+			if code, _ := postWebhook(t, srv, old, sign(old, whsec, time.Now())); code != 200 {
+				t.Fatalf("late subscription.updated: %d", code)
 			}
 			req := httptest.NewRequest(http.MethodGet, "/api/v1/billing", nil)
 			req.Header.Set("X-Test-Tenant", "t1")
