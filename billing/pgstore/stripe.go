@@ -17,7 +17,7 @@ const accountCols = `tenant_id, coalesce(stripe_customer_id, ''), subscription_i
 
 func scanAccount(r pgx.Row) (billing.Account, error) {
 	var (
-		a           billing.Account
+		a                    billing.Account
 		end, pastDu, stateAt *time.Time
 	)
 	if err := r.Scan(&a.TenantID, &a.StripeCustomerID, &a.SubscriptionID, &a.SubscriptionStatus, &a.PriceID,

@@ -18,7 +18,7 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanAccount(r scanner) (billing.Account, error) {
 	var (
-		a            billing.Account
+		a                     billing.Account
 		end, pastDue, stateAt sql.NullInt64
 		upd                   int64
 	)
