@@ -360,6 +360,31 @@ func (f *Fleet) Progress(now time.Time, l *Lease, tokens int) {
 	}
 }
 
+// Retune sets the decode time per token of m's requests from now on to
+// tpot (the latency model's prediction at the instance's present load):
+// each lease whose TPOT̂ differs by more than 10 % is re-anchored at the
+// tokens reckoned so far, so the past is not re-counted. Requests that
+// have not reached their first token keep their anchor.
+func (f *Fleet) Retune(now time.Time, m *Member, tpot time.Duration) {
+	if tpot <= 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m.tpot = tpot.Seconds()
+	for _, l := range m.leases {
+		old := l.tpot
+		if old > 0 && math.Abs(m.tpot-old) <= 0.1*old {
+			continue
+		}
+		if now.After(l.anchorAt) {
+			l.anchorTokens = l.Spec.Tokens - l.remaining(now, f.cfg.DefaultTPOT)
+			l.anchorAt = now
+		}
+		l.tpot = m.tpot
+	}
+}
+
 // Release ends the lease with the request's outcome: it frees the slot and
 // updates health. Upstream failures count towards ejection; success resets
 // the failure count. It reports whether this call ended the lease (later

@@ -117,3 +117,23 @@ func TestHealthAndStaleness(t *testing.T) {
 		t.Errorf("stale scrape trusted: %+v", old)
 	}
 }
+
+// TestRetune: a new TPOT̂ applies from now on without re-counting the past;
+// a change within 10 % is ignored.
+func TestRetune(t *testing.T) {
+	f := New(Config{}, []routing.Instance{{ID: "a"}})
+	m := f.Lookup("a")
+	f.Admit(t0, m, LeaseSpec{Tokens: 100, TPOT: 10 * time.Millisecond})
+	pending := func(at time.Duration) float64 { return f.Snapshot(t0.Add(at), nil)[0].Pending }
+	f.Retune(t0.Add(500*time.Millisecond), m, 10500*time.Microsecond) // +5 %: ignored
+	if got := pending(time.Second); got != 0 {
+		t.Errorf("pending after a 5 %% retune = %v, want 0 (100 tokens at 10 ms)", got)
+	}
+	f.Retune(t0.Add(500*time.Millisecond), m, 20*time.Millisecond) // 50 done, then half speed
+	if got := pending(time.Second); got != 25 {
+		t.Errorf("pending after retune = %v, want 25", got)
+	}
+	if got := f.Snapshot(t0, nil)[0].TPOT; got != 0.02 {
+		t.Errorf("snapshot TPOT = %v, want 0.02", got)
+	}
+}

@@ -352,6 +352,12 @@ func (c *Core) buildView(now time.Time) {
 		}
 		c.refreshTPOT(&v)
 		c.view = append(c.view, v)
+		if v.inflight > 0 {
+			// Dead reckoning follows the instance's present decode speed.
+			c.fleet.Retune(now, m, seconds(v.lat.TPOT(routing.Load{
+				Running: v.running, Waiting: v.waiting + float64(v.queue), KVUsage: v.kv, PendingDecodeTokens: v.pending,
+			})))
+		}
 	}
 }
 
