@@ -23,6 +23,11 @@ trap cleanup EXIT
 
 "$bin" emulate --zero-latency --base-port "$BASE_PORT" --cluster infra/clusters/reference-13.json >"$work/emulate.log" 2>&1 &
 pids+=($!)
+# The emulator must be ours: instance 0 serves the first tier's model (a port taken by another
+# process would silently measure something else).
+want=$(python3 -c 'import json;print(json.load(open("infra/clusters/reference-13.json"))["tiers"][0]["model"])')
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$BASE_PORT/v1/models" 2>/dev/null | grep -q "$want" && break; sleep 0.2; done
+kill -0 "${pids[0]}" 2>/dev/null || { echo "emulator did not start (ports $BASE_PORT+ taken?):"; cat "$work/emulate.log"; exit 1; }
 serve_args=(serve --allow-private-endpoints --data-dir "$work/data" --addr "$ADDR")
 [ -n "$index" ] && serve_args+=(--index-dir "$index")
 "$bin" "${serve_args[@]}" >"$work/serve.log" 2>&1 &
@@ -30,6 +35,7 @@ serve_pid=$!
 pids+=($serve_pid)
 B=http://$ADDR
 for _ in $(seq 150); do curl -sf "$B/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+kill -0 "$serve_pid" 2>/dev/null || { echo "serve did not start ($ADDR taken?):"; cat "$work/serve.log"; exit 1; }
 sleep 1
 TOKEN=$(curl -s "$B/api/v1/signup" -H 'Content-Type: application/json' \
   -d '{"email":"bench@example.com","password":"correct-horse-42","name":"bench"}' | sed -E 's/.*"access_token":"([^"]+)".*/\1/')
