@@ -12,6 +12,7 @@ import (
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/tenants"
+	"github.com/routebalance/routebalance/tenants/limits"
 )
 
 // KeyResolver turns the secret of an API key ("rb_…") into the principal it
@@ -135,6 +136,8 @@ type inference struct {
 	clock  routing.Clock
 	proxy  *proxy.Proxy
 	recent *recentRequests
+	// limiter enforces the keys' and tenants' rate limits (ratelimit.go).
+	limiter *limits.Limiter
 }
 
 func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *inference {
@@ -147,6 +150,7 @@ func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *in
 	if h.clock == nil {
 		h.clock = routing.WallClock{}
 	}
+	h.limiter = newLimiter(h.clock, log)
 	if h.proxy == nil {
 		p, err := proxy.New(proxy.Config{}, proxy.Deps{Log: log, Clock: h.clock})
 		if err != nil { // the zero Config is valid; this cannot happen

@@ -18,6 +18,7 @@ import (
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/tenants"
+	"github.com/routebalance/routebalance/tenants/limits"
 )
 
 // Response headers that explain a routing decision.
@@ -130,6 +131,7 @@ type exchange struct {
 	arrival  time.Time
 	held     *routing.Assignment
 	recorded bool
+	limit    limits.Ticket // rate-limit hold (api/ratelimit.go), released once
 }
 
 // release frees the held assignment (if any) with o.
@@ -143,6 +145,7 @@ func (x *exchange) release(o routing.Outcome) {
 // record sends the usage event once. a is the assignment the request ended
 // on (nil when none was granted: nothing is recorded then).
 func (x *exchange) record(a *routing.Assignment, res *proxy.Result, status string, httpStatus int) {
+	x.observeLimits(res)
 	if x.recorded || a == nil || x.h.deps.Meter == nil {
 		return
 	}
@@ -220,6 +223,14 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 		if refused, err := h.checkSpend(c, p); refused {
 			return err
 		}
+		if refused, err := h.admitLimits(c, x); refused {
+			return err
+		}
+		defer func() {
+			if !handedOff {
+				x.releaseLimits()
+			}
+		}()
 		slo := resolveSLO(&body.rb, p)
 		req := &routing.Request{
 			ID: x.id, Prompt: body.prompt, PromptTokens: body.promptTokens, MaxTokens: body.maxTokens,
@@ -351,6 +362,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 					status = statusClientClosed
 				}
 				x.record(a, &res, res.Status, status)
+				x.releaseLimits()
 			}()
 			res = resp.Relay(ctx, w, sent)
 		})

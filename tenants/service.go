@@ -333,6 +333,8 @@ type SettingsInput struct {
 	Preset           string           `json:"preset"`
 	Weights          *routing.Weights `json:"weights"`
 	SLO              SLO              `json:"slo"`
+	// Limits replaces the tenant's rate limits; absent keeps them.
+	Limits *Limits `json:"limits"`
 }
 
 // PutSettings replaces a tenant's routing defaults.
@@ -356,6 +358,9 @@ func (s *Service) PutSettings(ctx context.Context, tenantID string, in SettingsI
 		}
 	}
 	st := Settings{DefaultClusterID: in.DefaultClusterID, Preset: preset, Weights: w, SLO: in.SLO}
+	if st.Limits, err = s.settingsLimits(ctx, tenantID, in.Limits); err != nil {
+		return Settings{}, err
+	}
 	if err := s.store.PutSettings(ctx, tenantID, st); err != nil {
 		return Settings{}, err
 	}
@@ -429,6 +434,7 @@ type KeyPatch struct {
 	Preset    *string          `json:"preset"`
 	Weights   *routing.Weights `json:"weights"`
 	SLO       *SLO             `json:"slo"`
+	Limits    *Limits          `json:"limits"`
 }
 
 // UpdateKey applies a patch to a key.
@@ -478,6 +484,12 @@ func (s *Service) UpdateKey(ctx context.Context, tenantID, id string, p KeyPatch
 			o := *p.SLO
 			k.SLO = &o
 		}
+	}
+	if p.Limits != nil {
+		if err := checkLimits("limits", *p.Limits); err != nil {
+			return Key{}, err
+		}
+		k.Limits = *p.Limits
 	}
 	if err := s.store.UpdateKey(ctx, k); err != nil {
 		return Key{}, err

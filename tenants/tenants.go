@@ -51,6 +51,8 @@ type Settings struct {
 	Preset           string          `json:"preset"` // quality|latency|cost|balanced|custom
 	Weights          routing.Weights `json:"weights"`
 	SLO              SLO             `json:"slo"`
+	// Limits are the tenant's rate limits (the key's own are Key.Limits).
+	Limits Limits `json:"limits"`
 }
 
 // SLO is the JSON form of routing.SLO, in milliseconds and USD.
@@ -86,6 +88,8 @@ type Key struct {
 	Preset  string           `json:"preset,omitempty"`
 	Weights *routing.Weights `json:"weights,omitempty"`
 	SLO     *SLO             `json:"slo,omitempty"`
+	// Limits are the key's own rate limits, enforced besides the tenant's.
+	Limits Limits `json:"limits"`
 }
 
 // Cluster is a named set of instances owned by one tenant.

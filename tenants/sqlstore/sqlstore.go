@@ -332,15 +332,19 @@ func (s *Store) Tenant(ctx context.Context, id string) (tenants.Tenant, error) {
 
 // ---- keys ----
 
-const keyCols = "id, tenant_id, name, prefix, cluster_id, preset, weights, slo, created_at, last_used_at, revoked_at"
+const keyCols = "id, tenant_id, name, prefix, cluster_id, preset, weights, slo, created_at, last_used_at, revoked_at, rate_limits"
 
 func scanKey(row interface{ Scan(...any) error }) (tenants.Key, error) {
 	var k tenants.Key
 	var cluster, weights, slo sql.NullString
+	var lim string
 	err := row.Scan(&k.ID, &k.TenantID, &k.Name, &k.Prefix, &cluster, &k.Preset, &weights, &slo,
-		reqTime{&k.CreatedAt}, timeCol{&k.LastUsedAt}, timeCol{&k.RevokedAt})
+		reqTime{&k.CreatedAt}, timeCol{&k.LastUsedAt}, timeCol{&k.RevokedAt}, &lim)
 	if err != nil {
 		return k, notFound(err)
+	}
+	if err := json.Unmarshal([]byte(lim), &k.Limits); err != nil {
+		return k, fmt.Errorf("key %s limits: %w", k.ID, err)
 	}
 	k.ClusterID = cluster.String
 	if weights.Valid && weights.String != "" {
@@ -378,8 +382,12 @@ func (s *Store) CreateKey(ctx context.Context, k tenants.Key, hash string) error
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.q("INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, cluster_id, preset, weights, slo, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-		k.ID, k.TenantID, k.Name, k.Prefix, hash, nullable(k.ClusterID), k.Preset, w, o, s.t(k.CreatedAt))
+	lim, err := jsonText(k.Limits)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, s.q("INSERT INTO api_keys (id, tenant_id, name, prefix, key_hash, cluster_id, preset, weights, slo, created_at, rate_limits) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+		k.ID, k.TenantID, k.Name, k.Prefix, hash, nullable(k.ClusterID), k.Preset, w, o, s.t(k.CreatedAt), lim)
 	if isUnique(err) {
 		return fmt.Errorf("key: %w", tenants.ErrConflict)
 	}
@@ -424,8 +432,12 @@ func (s *Store) UpdateKey(ctx context.Context, k tenants.Key) error {
 	if err != nil {
 		return err
 	}
-	return s.mutate(ctx, k.TenantID, "UPDATE api_keys SET name = ?, cluster_id = ?, preset = ?, weights = ?, slo = ?, revoked_at = ? WHERE tenant_id = ? AND id = ?",
-		k.Name, nullable(k.ClusterID), k.Preset, w, o, s.tp(k.RevokedAt), k.TenantID, k.ID)
+	lim, err := jsonText(k.Limits)
+	if err != nil {
+		return err
+	}
+	return s.mutate(ctx, k.TenantID, "UPDATE api_keys SET name = ?, cluster_id = ?, preset = ?, weights = ?, slo = ?, revoked_at = ?, rate_limits = ? WHERE tenant_id = ? AND id = ?",
+		k.Name, nullable(k.ClusterID), k.Preset, w, o, s.tp(k.RevokedAt), lim, k.TenantID, k.ID)
 }
 
 // TouchKeys implements tenants.KeyStore: one transaction, one statement per
@@ -600,9 +612,9 @@ func (s *Store) DeleteInstance(ctx context.Context, tenantID, clusterID, id stri
 func (s *Store) Settings(ctx context.Context, tenantID string) (tenants.Settings, error) {
 	var st tenants.Settings
 	var def sql.NullString
-	var w, o string
-	err := s.db.QueryRowContext(ctx, s.q("SELECT default_cluster_id, preset, weights, slo FROM tenant_settings WHERE tenant_id = ?"), tenantID).
-		Scan(&def, &st.Preset, &w, &o)
+	var w, o, lim string
+	err := s.db.QueryRowContext(ctx, s.q("SELECT default_cluster_id, preset, weights, slo, rate_limits FROM tenant_settings WHERE tenant_id = ?"), tenantID).
+		Scan(&def, &st.Preset, &w, &o, &lim)
 	if err != nil {
 		return st, notFound(err)
 	}
@@ -612,6 +624,9 @@ func (s *Store) Settings(ctx context.Context, tenantID string) (tenants.Settings
 	}
 	if err := json.Unmarshal([]byte(o), &st.SLO); err != nil {
 		return st, fmt.Errorf("settings slo: %w", err)
+	}
+	if err := json.Unmarshal([]byte(lim), &st.Limits); err != nil {
+		return st, fmt.Errorf("settings limits: %w", err)
 	}
 	return st, nil
 }
@@ -626,8 +641,12 @@ func (s *Store) PutSettings(ctx context.Context, tenantID string, st tenants.Set
 	if err != nil {
 		return err
 	}
-	return s.mutate(ctx, tenantID, "UPDATE tenant_settings SET default_cluster_id = ?, preset = ?, weights = ?, slo = ? WHERE tenant_id = ?",
-		nullable(st.DefaultClusterID), st.Preset, w, o, tenantID)
+	lim, err := jsonText(st.Limits)
+	if err != nil {
+		return err
+	}
+	return s.mutate(ctx, tenantID, "UPDATE tenant_settings SET default_cluster_id = ?, preset = ?, weights = ?, slo = ?, rate_limits = ? WHERE tenant_id = ?",
+		nullable(st.DefaultClusterID), st.Preset, w, o, lim, tenantID)
 }
 
 // Ping checks that the database answers.
