@@ -134,7 +134,8 @@ func TestSignupMeterUsageAndStripe(t *testing.T) {
 		t.Fatalf("DrainOnce = %d, %v", n, err)
 	}
 	calls, _ := rec.calls()
-	want := meterCall{billing.OutboxIdentifier(tok.TenantID, now.Truncate(time.Hour), 1), acct.StripeCustomerID, "15000"}
+	id := billing.OutboxIdentifier(tok.TenantID, now.Truncate(time.Hour), 1)
+	want := meterCall{id, acct.StripeCustomerID, "15000", id}
 	found := 0
 	for _, c := range calls {
 		if c.Customer == acct.StripeCustomerID {

@@ -379,8 +379,8 @@ func (s *Syncer) AggregateOnce(ctx context.Context) (int, error) {
 }
 
 // DrainOnce sends every due outbox row to Stripe as a billing meter event
-// (identifier = tenant + hour, so a retry of an accepted event is dropped
-// by Stripe) and marks a row sent only after Stripe accepted it; a refused
+// (identifier and idempotency key = tenant + hour, so a retry of an
+// accepted event is dropped by Stripe) and marks a row sent only after Stripe accepted it; a refused
 // row is retried after MinBackoff·2^attempts (capped at MaxBackoff). It
 // returns the number sent and the first error.
 func (s *Syncer) DrainOnce(ctx context.Context) (int, error) {
@@ -451,6 +451,9 @@ func (s *Syncer) send(ctx context.Context, it billing.OutboxItem, now time.Time)
 		Timestamp: stripe.Int64(ts.Unix()),
 	}
 	p.Context = ctx
+	// The same key on every retry: Stripe answers a retry of a request it
+	// already processed with the first answer instead of acting again.
+	p.SetIdempotencyKey(it.Identifier)
 	if _, err := s.sc.BillingMeterEvents.New(p); err != nil {
 		return fmt.Errorf("stripe: meter event %s: %w", it.Identifier, err)
 	}

@@ -75,7 +75,7 @@ type recorder struct {
 }
 
 type meterCall struct {
-	Identifier, Customer, Value string
+	Identifier, Customer, Value, IdempotencyKey string
 }
 
 func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -85,7 +85,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	switch req.URL.Path {
 	case "/v1/billing/meter_events":
-		r.meter = append(r.meter, meterCall{form.Get("identifier"), form.Get("payload[stripe_customer_id]"), form.Get("payload[value]")})
+		r.meter = append(r.meter, meterCall{form.Get("identifier"), form.Get("payload[stripe_customer_id]"), form.Get("payload[value]"), req.Header.Get("Idempotency-Key")})
 		if r.loseNext > 0 {
 			r.loseNext--
 			lose = true
@@ -271,9 +271,9 @@ func TestOutboxDrainRetriesAndNeverDoubleReports(t *testing.T) {
 			}
 			id := billing.OutboxIdentifier(tenant, hour, 1)
 			want := []meterCall{
-				{id, "cus_" + name, "750000"}, // reached Stripe, answer lost
-				{id, "cus_" + name, "750000"}, // retried with the same identifier: Stripe keeps one
-				{billing.OutboxIdentifier(tenant, hour, 2), "cus_" + name, "125000"},
+				{id, "cus_" + name, "750000", id}, // reached Stripe, answer lost
+				{id, "cus_" + name, "750000", id}, // retried with the same identifier and key: Stripe keeps one
+				{billing.OutboxIdentifier(tenant, hour, 2), "cus_" + name, "125000", billing.OutboxIdentifier(tenant, hour, 2)},
 			}
 			if diff := cmp.Diff(want, mine); diff != "" {
 				t.Errorf("meter events that reached Stripe (-want +got):\n%s", diff)
