@@ -19,6 +19,7 @@ var (
 	_ schedule.LatencyModel    = (*latency.Models)(nil)
 	_ schedule.LatencyObserver = (*latency.Models)(nil)
 	_ schedule.TierLatency     = (*latency.Tier)(nil)
+	_ schedule.TierBinder      = (*latency.Models)(nil)
 )
 
 // TestWithRealEstimators routes with the real KNN estimator (built-in
