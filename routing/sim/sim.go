@@ -21,8 +21,8 @@ import (
 	"github.com/routebalance/routebalance/routing/sim/workload"
 )
 
-// epoch is virtual time zero of every run.
-var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// epoch returns virtual time zero of every run.
+func epoch() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 
 // Job is one simulated request on its way through the Router and an
 // engine. The Router reads Req and sets Instance, Decision and Err; Handle
@@ -216,7 +216,7 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 	l.engines = make([]*vllmemu.Engine, len(w.specs))
 	l.live = make([]map[string]*Job, len(w.specs))
 	for i, s := range w.specs {
-		e, err := vllmemu.NewEngine(vllmemu.EngineConfig{Tier: *s.Tier, Lengths: w.File.OutputLengths, Seed: w.Seed, Start: epoch, ZeroLatency: cfg.ZeroLatency})
+		e, err := vllmemu.NewEngine(vllmemu.EngineConfig{Tier: *s.Tier, Lengths: w.File.OutputLengths, Seed: w.Seed, Start: epoch(), ZeroLatency: cfg.ZeroLatency})
 		if err != nil {
 			return nil, fmt.Errorf("instance %s: %w", s.ID, err)
 		}
@@ -232,12 +232,12 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 		waiting    []*Job // arrived, not yet in a batch
 		batch      []*Job
 		events     []vllmemu.Event
-		busyUntil  = epoch
+		busyUntil  = epoch()
 		deliveries []delivery // decided jobs, effective when the decision's virtual compute ends
-		nextScrape = epoch
-		clock      = epoch // virtual now: never goes back
+		nextScrape = epoch()
+		clock      = epoch() // virtual now: never goes back
 	)
-	never := epoch.Add(1 << 62)
+	never := epoch().Add(1 << 62)
 
 	// Each turn takes the earliest of: an engine event, a delivery of
 	// decided jobs, an arrival, the scheduler free with jobs waiting, a
@@ -261,7 +261,7 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 		}
 		tArr := never
 		if next < cfg.N {
-			tArr = epoch.Add(arrivals[next])
+			tArr = epoch().Add(arrivals[next])
 		}
 		tSched := never
 		if len(waiting) > 0 {
@@ -356,7 +356,7 @@ func (l *loop) finish(j *Job, rec metrics.Record) {
 func (l *loop) admit(now time.Time, js []*Job) {
 	for _, j := range js {
 		if j.Err != nil {
-			l.finish(j, metrics.Record{Start: j.arrival.Sub(epoch), E2E: now.Sub(j.arrival), Err: j.Err.Error()})
+			l.finish(j, metrics.Record{Start: j.arrival.Sub(epoch()), E2E: now.Sub(j.arrival), Err: j.Err.Error()})
 			continue
 		}
 		i := j.Instance
@@ -368,7 +368,7 @@ func (l *loop) admit(now time.Time, js []*Job) {
 		if err != nil {
 			// The instance refused it (prompt too long): the proxy sees
 			// a 400 and releases the slot.
-			l.finish(j, metrics.Record{Start: j.arrival.Sub(epoch), E2E: now.Sub(j.arrival), Err: err.Error()})
+			l.finish(j, metrics.Record{Start: j.arrival.Sub(epoch()), E2E: now.Sub(j.arrival), Err: err.Error()})
 			l.admit(now, l.router.Release(now, j, routing.Outcome{Err: err}, nil))
 			continue
 		}
@@ -432,7 +432,7 @@ func minTime(ts ...time.Time) time.Time {
 func record(j *Job, ev vllmemu.Event, w *World) metrics.Record {
 	in := &w.Cluster.Instances[j.Instance]
 	r := metrics.Record{
-		Start:        j.arrival.Sub(epoch),
+		Start:        j.arrival.Sub(epoch()),
 		TTFT:         j.first.Sub(j.arrival),
 		E2E:          ev.At.Sub(j.arrival),
 		PromptTokens: j.ticket.PromptTokens,
