@@ -2,7 +2,7 @@
 // table, middleware and the mapping of domain errors to HTTP. It is the
 // only package that imports fiber.
 //
-// Routes: /healthz, /readyz, the management API under /api/v1
+// Routes: /healthz, /readyz, /metrics (when Deps.Metrics is set), the management API under /api/v1
 // (management.go) and the OpenAI-compatible API under /v1 (inference*.go).
 // Every error, including unknown routes (404), wrong methods (405) and
 // oversized bodies (413), is answered in OpenAI's envelope
@@ -13,9 +13,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 
 	"github.com/routebalance/routebalance/tenants"
 )
@@ -90,6 +92,9 @@ type Deps struct {
 	BillingTenant TenantFunc
 	// SignupHook is told about each sign-up (creates the Stripe customer).
 	SignupHook SignupHook
+	// Metrics, when set, is served at GET /metrics (telemetry.Metrics.Handler);
+	// nil leaves /metrics to a listener of its own (--metrics-addr).
+	Metrics http.Handler
 }
 
 // New builds the fiber app and its routes.
@@ -123,6 +128,9 @@ func New(cfg Config, deps Deps) *Server {
 	s.app.Use(s.requestID, s.accessLog, s.recoverPanic, s.userContext)
 	s.app.Get("/healthz", s.healthz)
 	s.app.Get("/readyz", s.readyz)
+	if deps.Metrics != nil {
+		s.app.Get("/metrics", adaptor.HTTPHandler(deps.Metrics))
+	}
 	s.mountBillingWebhook(s.app) // Stripe authenticates with its signature, not a session
 	s.mountManagement(s.app.Group("/api/v1"))
 	s.mountBilling(s.app.Group("/api/v1"))

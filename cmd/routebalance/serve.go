@@ -29,6 +29,7 @@ import (
 	"github.com/routebalance/routebalance/routing/latency"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/schedule"
+	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
@@ -47,6 +48,7 @@ type serveConfig struct {
 	indexDir        string
 	latencyDir      string
 	billing         billingFlags
+	metricsAddr     string
 }
 
 // env returns the value of ROUTEBALANCE_<name>, or def.
@@ -89,6 +91,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by `routebalance index build`; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
 	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
 	addBillingFlags(fs, &c.billing)
+	fs.StringVar(&c.metricsAddr, "metrics-addr", env("METRICS_ADDR", ""), "serve Prometheus /metrics on this address instead of the main listener (env ROUTEBALANCE_METRICS_ADDR)")
 	level := env("LOG_LEVEL", "info")
 	fs.Func("log-level", "debug, info, warn or error (env ROUTEBALANCE_LOG_LEVEL)", func(s string) error { level = s; return nil })
 	if err := fs.Parse(args); err != nil {
@@ -382,9 +385,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	// The inference path meters every request and checks spend before
 	// routing (402 over budget or unpaid past the grace period).
-	deps.Inference = api.InferenceDeps{Keys: svc, Router: router, Proxy: px, Meter: bill.meter, Spend: bill.guard}
+	// Metrics observe the inference path through wrappers around the
+	// router and the meter, and read live state at scrape time.
+	tel, err := telemetry.New(telemetry.Config{}, telemetry.Deps{State: router.State, MeterStats: bill.meter.Stats, Outbox: bill.store, Log: log})
+	if err != nil {
+		return err
+	}
+	deps.Inference = api.InferenceDeps{Keys: svc, Router: tel.Router(router), Proxy: px, Meter: tel.Meter(bill.meter, bill.pricing), Spend: bill.guard}
 	if knn != nil {
 		deps.Inference.Quality = knn // POST /v1/feedback teaches the index
+	}
+
+	if cfg.metricsAddr == "" {
+		deps.Metrics = tel.Handler()
+	} else {
+		stopMetrics, err := serveMetrics(cfg.metricsAddr, tel.Handler(), log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 	}
 
 	acfg := api.DefaultConfig()

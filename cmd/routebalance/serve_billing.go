@@ -77,6 +77,8 @@ type billingParts struct {
 	guard  *billing.Guard
 	meter  *billing.Meter
 	syncer *stripesync.Syncer
+	// pricing is the meter's, for the billed-amount metric.
+	pricing billing.Pricing
 }
 
 // newBilling builds the meter (spilling into <dataDir>/meter), the spend
@@ -109,5 +111,5 @@ func newBilling(b billingFlags, db *database, dataDir string, log *slog.Logger) 
 	if !sy.Enabled() {
 		log.Info("stripe not configured: usage is metered and budgets enforced, nothing is billed")
 	}
-	return &billingParts{store: st, guard: guard, meter: meter, syncer: sy}, nil
+	return &billingParts{store: st, guard: guard, meter: meter, syncer: sy, pricing: mcfg.Pricing}, nil
 }

@@ -1,0 +1,154 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/routing"
+)
+
+// Scheduler admits requests; schedule.Router implements it (and so does
+// the Router this package returns, so the api sees no difference).
+type Scheduler interface {
+	Route(ctx context.Context, c *routing.Cluster, req *routing.Request) (*routing.Assignment, error)
+}
+
+// Router observes every routing decision and outcome of an inner
+// Scheduler: decision time, batch size, queue wait, rejections, fail-overs,
+// upstream errors and the observed/predicted latency ratios.
+type Router struct {
+	m     *Metrics
+	inner Scheduler
+}
+
+// Router wraps inner so that its decisions and outcomes are measured.
+func (m *Metrics) Router(inner Scheduler) *Router { return &Router{m: m, inner: inner} }
+
+// Route routes through the inner scheduler. A request with Exclude set is
+// a fail-over retry and is counted as such. The returned Assignment
+// forwards Release (once) and Progress to the inner one.
+func (r *Router) Route(ctx context.Context, c *routing.Cluster, req *routing.Request) (*routing.Assignment, error) {
+	m := r.m
+	m.trackCluster(c.ID)
+	if len(req.Exclude) > 0 {
+		m.failovers.WithLabelValues(c.ID).Inc()
+	}
+	a, err := r.inner.Route(ctx, c, req)
+	if err != nil {
+		m.rejections.WithLabelValues(c.ID, rejectReason(err)).Inc()
+		return nil, err
+	}
+	policy := policyLabel(a.Policy, c)
+	m.decision.WithLabelValues(c.ID, policy).Observe(a.DecisionTime.Seconds())
+	m.batch.WithLabelValues(c.ID, policy).Observe(float64(a.BatchSize))
+	m.queueWait.WithLabelValues(c.ID, a.Instance.ID).Observe(a.QueueWait.Seconds())
+	d := a.Decision
+	cluster := c.ID
+	return routing.NewAssignment(d, func(o routing.Outcome) {
+		m.observeOutcome(cluster, &d, o)
+		a.Release(o)
+	}, a.Progress), nil
+}
+
+// observeOutcome counts instance faults and records how far the latency
+// predictions were off. Failed and truncated requests say nothing about
+// calibration (their length was not the model's natural one).
+func (m *Metrics) observeOutcome(cluster string, d *routing.Decision, o routing.Outcome) {
+	if o.Err != nil {
+		if o.Upstream {
+			m.upstreamErrs.WithLabelValues(cluster, d.Instance.ID).Inc()
+		}
+		return
+	}
+	if o.Truncated {
+		return
+	}
+	if d.PredictedE2E > 0 && o.E2E > 0 {
+		m.ratio.WithLabelValues(cluster, d.Instance.Model, "e2e").Observe(float64(o.E2E) / float64(d.PredictedE2E))
+	}
+	if d.PredictedTTFT > 0 && o.TTFT > 0 {
+		m.ratio.WithLabelValues(cluster, d.Instance.Model, "ttft").Observe(float64(o.TTFT) / float64(d.PredictedTTFT))
+	}
+}
+
+// rejectReason names a routing error for the reason label.
+func rejectReason(err error) string {
+	switch {
+	case errors.Is(err, routing.ErrUnknownModel):
+		return "unknown_model"
+	case errors.Is(err, routing.ErrNoHealthyInstance):
+		return "no_healthy_instance"
+	case errors.Is(err, routing.ErrNoCapacity):
+		return "no_capacity"
+	case errors.Is(err, routing.ErrClosed):
+		return "closed"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "cancelled"
+	}
+	return "other"
+}
+
+// policyLabel is the decision's policy, else the cluster's, else the
+// scheduler's default.
+func policyLabel(p string, c *routing.Cluster) string {
+	if p != "" {
+		return p
+	}
+	if c != nil && c.Policy.Name != "" {
+		return c.Policy.Name
+	}
+	return "default"
+}
+
+// Recorder receives usage events; billing.Meter implements it.
+type Recorder interface {
+	Record(ev billing.UsageEvent)
+}
+
+// Meter measures every usage event before handing it to an inner
+// Recorder: request counts and latency by outcome, tokens, cost and the
+// billed amount (priced like billing.Meter prices it).
+type Meter struct {
+	m       *Metrics
+	inner   Recorder
+	pricing billing.Pricing
+}
+
+// Meter wraps inner (which may be nil: events are then only measured).
+// pricing must be the billing meter's, so the billed counter matches the
+// ledger.
+func (m *Metrics) Meter(inner Recorder, pricing billing.Pricing) *Meter {
+	return &Meter{m: m, inner: inner, pricing: pricing}
+}
+
+// Record observes ev and forwards it. It never blocks.
+func (mt *Meter) Record(ev billing.UsageEvent) {
+	mt.m.ObserveUsage(ev, mt.pricing.Bill(&ev))
+	if mt.inner != nil {
+		mt.inner.Record(ev)
+	}
+}
+
+// ObserveUsage records one served request's usage event; billedUSD is what
+// the tenant is charged for it.
+func (m *Metrics) ObserveUsage(ev billing.UsageEvent, billedUSD float64) {
+	policy := ev.Policy
+	if policy == "" {
+		policy = "default"
+	}
+	status := ev.Status
+	if status == "" {
+		status = "unknown"
+	}
+	m.requests.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID, policy, status, strconv.Itoa(ev.HTTPStatus)).Inc()
+	m.duration.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID, policy, status).Observe(ev.E2E.Seconds())
+	if ev.TTFT > 0 {
+		m.ttft.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID).Observe(ev.TTFT.Seconds())
+	}
+	m.tokens.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID, "prompt").Add(float64(max(ev.PromptTokens, 0)))
+	m.tokens.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID, "output").Add(float64(max(ev.OutputTokens, 0)))
+	m.costUSD.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID).Add(max(ev.CostUSD, 0))
+	m.billedUSD.WithLabelValues(ev.ClusterID, ev.Model).Add(max(billedUSD, 0))
+}
