@@ -199,4 +199,3 @@ func TestMetricsEndpoint(t *testing.T) {
 func counter(m *dto.Metric) float64   { return m.GetCounter().GetValue() }
 func gauge(m *dto.Metric) float64     { return m.GetGauge().GetValue() }
 func histCount(m *dto.Metric) float64 { return float64(m.GetHistogram().GetSampleCount()) }
-

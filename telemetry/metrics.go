@@ -170,7 +170,7 @@ func New(cfg Config, deps Deps) (*Metrics, error) {
 	m.billedUSD = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "billed_usd_total",
 		Help: "Amount billed to tenants under the operator's pricing, in USD."}, []string{"cluster", "model"})
 	m.decision = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "decision_duration_seconds",
-		Help: "Scheduler compute time of the batch each admitted request was decided in (one observation per request).",
+		Help:    "Scheduler compute time of the batch each admitted request was decided in (one observation per request).",
 		Buckets: cfg.DecisionBuckets}, []string{"cluster", "policy"})
 	m.batch = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "decision_batch_size",
 		Help: "Size of the scheduling batch each admitted request was decided in.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)},
@@ -186,7 +186,7 @@ func New(cfg Config, deps Deps) (*Metrics, error) {
 	m.upstreamErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "upstream_errors_total",
 		Help: "Requests that failed by the instance's fault (connection error, 5xx, broken stream)."}, []string{"cluster", "instance"})
 	m.ratio = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "prediction_ratio",
-		Help: "Observed / predicted for successful, untruncated requests, by quantity (e2e, ttft); 1 means calibrated.",
+		Help:    "Observed / predicted for successful, untruncated requests, by quantity (e2e, ttft); 1 means calibrated.",
 		Buckets: cfg.RatioBuckets}, []string{"cluster", "model", "quantity"})
 	m.outboxFailure = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "metrics_outbox_scrape_errors_total",
 		Help: "Scrapes whose outbox backlog query failed."})
