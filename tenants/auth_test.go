@@ -1,6 +1,7 @@
 package tenants
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/base64"
@@ -229,5 +230,68 @@ func TestSealer(t *testing.T) {
 	}
 	if _, err := NewSealer(key[:16]); err == nil {
 		t.Error("a 16-byte key was accepted")
+	}
+}
+
+func TestSessionsAcceptPreviousSecretDuringRotation(t *testing.T) {
+	oldS, newS := bytes.Repeat([]byte("o"), 32), bytes.Repeat([]byte("n"), 32)
+	before, err := NewSessions(DefaultSessionConfig(oldS), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := before.Issue("u1", "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultSessionConfig(newS)
+	cfg.PreviousSecrets = [][]byte{oldS}
+	during, err := NewSessions(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := during.Verify(pair.AccessToken, TokenAccess); err != nil {
+		t.Errorf("token signed with the previous secret refused during rotation: %v", err)
+	}
+	fresh, _ := during.Issue("u1", "t1")
+	after, _ := NewSessions(DefaultSessionConfig(newS), nil)
+	if _, err := after.Verify(fresh.AccessToken, TokenAccess); err != nil {
+		t.Errorf("token issued during rotation not signed with the new secret: %v", err)
+	}
+	if _, err := after.Verify(pair.AccessToken, TokenAccess); err == nil {
+		t.Error("old token still accepted after the previous secret was dropped")
+	}
+	cfg.PreviousSecrets = [][]byte{[]byte("short")}
+	if _, err := NewSessions(cfg, nil); err == nil {
+		t.Error("a short previous secret was accepted")
+	}
+}
+
+func TestSealerOpensWithPreviousKeyAndReseals(t *testing.T) {
+	oldK, newK := bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{9}, 32)
+	old, _ := NewSealer(oldK)
+	sealed, err := old.Seal("sk-upstream", "inst-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rot, err := NewSealer(newK, oldK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rot.Open(sealed, "inst-1"); err != nil || got != "sk-upstream" {
+		t.Fatalf("open with previous key = %q, %v", got, err)
+	}
+	out, changed, err := rot.Reseal(sealed, "inst-1")
+	if err != nil || !changed {
+		t.Fatalf("reseal = changed %v, %v; want true, nil", changed, err)
+	}
+	if _, changed, _ := rot.Reseal(out, "inst-1"); changed {
+		t.Error("resealing a current value changed it")
+	}
+	newOnly, _ := NewSealer(newK)
+	if got, err := newOnly.Open(out, "inst-1"); err != nil || got != "sk-upstream" {
+		t.Errorf("resealed value with the new key alone = %q, %v", got, err)
+	}
+	if _, err := newOnly.Open(sealed, "inst-1"); err == nil {
+		t.Error("the new key alone opened a value sealed with the old one")
 	}
 }

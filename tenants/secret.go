@@ -69,14 +69,36 @@ func HashKey(secret string) string {
 // value is: version byte 1, a 12-byte random nonce, the ciphertext and
 // the 16-byte tag. The owning record's id is bound as additional data, so
 // a sealed value copied onto another row fails to open.
+//
+// A Sealer may also hold previous keys: values sealed with them still open,
+// and Reseal moves them onto the current key, so the encryption key can be
+// rotated without losing upstream credentials.
 type Sealer struct {
 	aead cipher.AEAD
+	// previous open values sealed before a rotation; never used to seal.
+	previous []cipher.AEAD
 }
 
 const sealVersion = 1
 
-// NewSealer returns a Sealer for a 32-byte key.
-func NewSealer(key []byte) (*Sealer, error) {
+// NewSealer returns a Sealer for a 32-byte key and any previous keys.
+func NewSealer(key []byte, previous ...[]byte) (*Sealer, error) {
+	aead, err := newAEAD(key)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sealer{aead: aead}
+	for i, k := range previous {
+		p, err := newAEAD(k)
+		if err != nil {
+			return nil, fmt.Errorf("previous key %d: %w", i+1, err)
+		}
+		s.previous = append(s.previous, p)
+	}
+	return s, nil
+}
+
+func newAEAD(key []byte) (cipher.AEAD, error) {
 	if len(key) != 32 {
 		return nil, fmt.Errorf("encryption key must be 32 bytes, got %d", len(key))
 	}
@@ -88,7 +110,7 @@ func NewSealer(key []byte) (*Sealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encryption key: %w", err)
 	}
-	return &Sealer{aead: aead}, nil
+	return aead, nil
 }
 
 // Seal encrypts plaintext bound to the record id ad.
@@ -105,15 +127,35 @@ func (s *Sealer) Seal(plaintext, ad string) ([]byte, error) {
 // record or tampering.
 var ErrSealed = errors.New("sealed value cannot be opened")
 
-// Open decrypts a value made by Seal with the same ad.
+// Open decrypts a value made by Seal with the same ad, with the current
+// key or a previous one.
 func (s *Sealer) Open(sealed []byte, ad string) (string, error) {
+	pt, _, err := s.open(sealed, ad)
+	return pt, err
+}
+
+// open also reports whether the current key opened the value.
+func (s *Sealer) open(sealed []byte, ad string) (pt string, current bool, err error) {
 	ns := s.aead.NonceSize()
 	if len(sealed) < 1+ns+s.aead.Overhead() || sealed[0] != sealVersion {
-		return "", ErrSealed
+		return "", false, ErrSealed
 	}
-	pt, err := s.aead.Open(nil, sealed[1:1+ns], sealed[1+ns:], []byte(ad))
-	if err != nil {
-		return "", ErrSealed
+	for i, a := range append([]cipher.AEAD{s.aead}, s.previous...) {
+		b, err := a.Open(nil, sealed[1:1+ns], sealed[1+ns:], []byte(ad))
+		if err == nil {
+			return string(b), i == 0, nil
+		}
 	}
-	return string(pt), nil
+	return "", false, ErrSealed
+}
+
+// Reseal returns the value sealed with the current key. changed is false
+// when it already was; a value no key opens returns ErrSealed.
+func (s *Sealer) Reseal(sealed []byte, ad string) (out []byte, changed bool, err error) {
+	pt, current, err := s.open(sealed, ad)
+	if err != nil || current {
+		return sealed, false, err
+	}
+	out, err = s.Seal(pt, ad)
+	return out, err == nil, err
 }

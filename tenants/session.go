@@ -23,6 +23,9 @@ const (
 type SessionConfig struct {
 	// Secret is the HS256 signing key; at least 32 bytes.
 	Secret []byte
+	// PreviousSecrets still verify tokens but never sign: set the old
+	// secret here when rotating, so sessions survive until they expire.
+	PreviousSecrets [][]byte
 	// Issuer is the iss claim written and required.
 	Issuer string
 	// AccessTTL and RefreshTTL are the token lifetimes.
@@ -43,6 +46,8 @@ func (c SessionConfig) Validate() error {
 	switch {
 	case len(c.Secret) < 32:
 		return errors.New("session secret must be at least 32 bytes")
+	case !allLong(c.PreviousSecrets, 32):
+		return errors.New("previous session secrets must be at least 32 bytes each")
 	case c.Issuer == "":
 		return errors.New("session issuer must be set")
 	case c.AccessTTL <= 0 || c.RefreshTTL <= 0:
@@ -79,6 +84,8 @@ type claims struct {
 type Sessions struct {
 	cfg   SessionConfig
 	clock routing.Clock
+	// keys verify: the current secret first, then the previous ones.
+	keys jwt.VerificationKeySet
 }
 
 // NewSessions returns a Sessions; clock may be nil for the wall clock.
@@ -89,7 +96,20 @@ func NewSessions(cfg SessionConfig, clock routing.Clock) (*Sessions, error) {
 	if clock == nil {
 		clock = routing.WallClock{}
 	}
-	return &Sessions{cfg: cfg, clock: clock}, nil
+	keys := jwt.VerificationKeySet{Keys: []jwt.VerificationKey{cfg.Secret}}
+	for _, k := range cfg.PreviousSecrets {
+		keys.Keys = append(keys.Keys, k)
+	}
+	return &Sessions{cfg: cfg, clock: clock, keys: keys}, nil
+}
+
+func allLong(keys [][]byte, n int) bool {
+	for _, k := range keys {
+		if len(k) < n {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Sessions) audience(typ string) string { return s.cfg.Issuer + "/" + typ }
@@ -134,7 +154,8 @@ func (s *Sessions) sign(userID, tenantID, typ string, ttl time.Duration) (string
 }
 
 // Verify parses a token of the wanted type (TokenAccess or TokenRefresh).
-// Only HS256 with this service's secret is accepted ("alg": "none" and
+// Only HS256 with this service's secret (or a previous one, during a
+// rotation) is accepted ("alg": "none" and
 // every other algorithm are refused before any key is used); iss, aud
 // (which encodes the type), exp, nbf and iat are required and checked; the
 // typ claim must match too. Every failure wraps ErrUnauthorized.
@@ -150,7 +171,7 @@ func (s *Sessions) Verify(token, typ string) (Session, error) {
 		jwt.WithTimeFunc(s.clock.Now),
 		jwt.WithStrictDecoding(),
 	)
-	_, err := p.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return s.cfg.Secret, nil })
+	_, err := p.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return s.keys, nil })
 	if err != nil {
 		return Session{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}

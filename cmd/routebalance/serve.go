@@ -42,6 +42,8 @@ type serveConfig struct {
 	allowPrivate    bool
 	jwtSecret       string
 	encryptionKey   string
+	jwtPrevious     string
+	encPrevious     string
 	bodyLimit       int
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
@@ -84,6 +86,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.BoolVar(&c.allowPrivate, "allow-private-endpoints", envBool("ALLOW_PRIVATE_ENDPOINTS", false), "let tenants register loopback and private-range instance URLs (link-local and metadata addresses are always refused) (env ROUTEBALANCE_ALLOW_PRIVATE_ENDPOINTS)")
 	fs.StringVar(&c.jwtSecret, "jwt-secret", env("JWT_SECRET", ""), "HS256 secret for sessions, at least 32 bytes; generated into <data-dir>/jwt.secret when empty (env ROUTEBALANCE_JWT_SECRET)")
 	fs.StringVar(&c.encryptionKey, "encryption-key", env("ENCRYPTION_KEY", ""), "AES-256 key for upstream credentials, 32 bytes as base64 or hex; generated into <data-dir>/encryption.key when empty (env ROUTEBALANCE_ENCRYPTION_KEY)")
+	previousKeyFlags(fs, &c.jwtPrevious, &c.encPrevious)
 	limit, _ := strconv.Atoi(env("BODY_LIMIT", strconv.Itoa(api.DefaultConfig().BodyLimit)))
 	fs.IntVar(&c.bodyLimit, "body-limit", limit, "largest request body in bytes (env ROUTEBALANCE_BODY_LIMIT)")
 	grace, _ := time.ParseDuration(env("SHUTDOWN_TIMEOUT", "30s"))
@@ -296,11 +299,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Warn("secrets come from the data dir; every replica sharing this database needs the same --jwt-secret and --encryption-key")
 	}
 
-	sessions, err := tenants.NewSessions(tenants.DefaultSessionConfig(jwtSecret), nil)
+	sessCfg := tenants.DefaultSessionConfig(jwtSecret)
+	if sessCfg.PreviousSecrets, err = decodeSecretList(cfg.jwtPrevious); err != nil {
+		return fmt.Errorf("previous jwt secrets: %w", err)
+	}
+	sessions, err := tenants.NewSessions(sessCfg, nil)
 	if err != nil {
 		return err
 	}
-	sealer, err := tenants.NewSealer(encKey)
+	prevKeys, err := decodeSecretList(cfg.encPrevious)
+	if err != nil {
+		return fmt.Errorf("previous encryption keys: %w", err)
+	}
+	sealer, err := tenants.NewSealer(encKey, prevKeys...)
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,10 @@ type Store struct {
 	rebound  sync.Map // query → Postgres form
 }
 
-var _ tenants.Store = (*Store)(nil)
+var (
+	_ tenants.Store          = (*Store)(nil)
+	_ tenants.SealedKeyStore = (*Store)(nil)
+)
 
 // NewPostgres returns a Store over a pgx pool. The pool stays owned by the
 // caller.
@@ -651,3 +654,35 @@ func (s *Store) PutSettings(ctx context.Context, tenantID string, st tenants.Set
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// SealedInstanceKeys implements tenants.SealedKeyStore: every instance of
+// every tenant that has an upstream key, for key rotation.
+func (s *Store) SealedInstanceKeys(ctx context.Context) ([]tenants.SealedKey, error) {
+	rows, err := s.db.QueryContext(ctx, s.q("SELECT tenant_id, cluster_id, id, api_key_sealed FROM instances WHERE api_key_sealed IS NOT NULL ORDER BY tenant_id, id"))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []tenants.SealedKey
+	for rows.Next() {
+		var k tenants.SealedKey
+		if err := rows.Scan(&k.TenantID, &k.ClusterID, &k.InstanceID, &k.Sealed); err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// ReplaceSealedInstanceKey implements tenants.SealedKeyStore: it writes
+// resealed only while the row still holds k.Sealed, so an edit made in the
+// meantime is never overwritten. It reports whether the row was updated.
+func (s *Store) ReplaceSealedInstanceKey(ctx context.Context, k tenants.SealedKey, resealed []byte) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.q("UPDATE instances SET api_key_sealed = ? WHERE tenant_id = ? AND cluster_id = ? AND id = ? AND api_key_sealed = ?"),
+		resealed, k.TenantID, k.ClusterID, k.InstanceID, k.Sealed)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
