@@ -398,7 +398,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// routing (402 over budget or unpaid past the grace period).
 	// Metrics observe the inference path through wrappers around the
 	// router and the meter, and read live state at scrape time.
-	tel, err := telemetry.New(telemetry.Config{}, telemetry.Deps{State: router.State, MeterStats: bill.meter.Stats, Outbox: bill.store, Log: log})
+	tel, err := telemetry.New(telemetry.DefaultConfig(), telemetry.Deps{State: router.State, MeterStats: bill.meter.Stats, Outbox: bill.store, Log: log})
 	if err != nil {
 		return err
 	}
