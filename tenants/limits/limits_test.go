@@ -205,3 +205,24 @@ func TestSweepForgetsIdleOnly(t *testing.T) {
 	}
 	held.Release()
 }
+
+// BenchmarkAdmitRelease measures one admission and release of a known key
+// with every limit set (go test -bench Admit -benchmem ./tenants/limits).
+func BenchmarkAdmitRelease(b *testing.B) {
+	l, err := New(Config{}, &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim := Limits{RPM: 1 << 40, TPM: 1 << 40, MaxConcurrency: 1 << 20}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tk, _, _, ok := l.Admit("t", lim, "k", lim, 100)
+			if !ok {
+				b.Fatal("refused")
+			}
+			tk.Observe(50)
+			tk.Release()
+		}
+	})
+}
