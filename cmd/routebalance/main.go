@@ -26,6 +26,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"serve":       {"run the routing service", runServe},
 		"migrate":     {"apply database migrations and exit", runMigrate},
+		"reseal":      {"re-encrypt upstream credentials with the current key (key rotation)", runReseal},
 		"healthcheck": {"probe a running server's /healthz (container HEALTHCHECK)", runHealthcheck},
 		"demo":        {"start an emulated cluster, the service and a demo tenant", runDemo},
 		"emulate":     {"host emulated vLLM instances from a cluster file", runEmulate},
