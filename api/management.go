@@ -22,7 +22,7 @@ import (
 //	POST   /refresh                        {refresh_token} → 200 {access_token,refresh_token,expires_in}
 //	POST   /keys                           {name,cluster_id?} → 201 {id,name,key,prefix,…}
 //	GET    /keys                           → {object:list,data:[key…]}
-//	PATCH  /keys/{id}                      {name?,cluster_id?,preset?,weights?,slo?} → key
+//	PATCH  /keys/{id}                      {name?,cluster_id?,preset?,weights?,slo?,limits?} → key
 //	DELETE /keys/{id}                      → 204
 //	POST   /clusters                       {name,policy?} → 201 cluster
 //	GET    /clusters                       → list
@@ -37,7 +37,7 @@ import (
 //	PATCH  /clusters/{id}/instances/{iid}  {any instance field} → instance
 //	DELETE /clusters/{id}/instances/{iid}  → 204
 //	GET    /settings                       → settings
-//	PUT    /settings                       {default_cluster_id?,preset,weights?,slo?} → settings
+//	PUT    /settings                       {default_cluster_id?,preset,weights?,slo?,limits?} → settings
 func (s *Server) mountManagement(r fiber.Router) {
 	r.Post("/signup", s.signup)
 	r.Post("/login", s.login)
