@@ -15,7 +15,7 @@ import (
 // previousKeyFlags registers the rotation flags shared by serve and reseal.
 func previousKeyFlags(fs *flag.FlagSet, jwtPrevious, encPrevious *string) {
 	fs.StringVar(jwtPrevious, "jwt-secret-previous", env("JWT_SECRET_PREVIOUS", ""), "comma-separated earlier JWT secrets that still verify sessions (never sign) during a rotation (env ROUTEBALANCE_JWT_SECRET_PREVIOUS)")
-	fs.StringVar(encPrevious, "encryption-key-previous", env("ENCRYPTION_KEY_PREVIOUS", ""), "comma-separated earlier encryption keys that still open upstream credentials during a rotation; `routebalance reseal` moves them to the current key (env ROUTEBALANCE_ENCRYPTION_KEY_PREVIOUS)")
+	fs.StringVar(encPrevious, "encryption-key-previous", env("ENCRYPTION_KEY_PREVIOUS", ""), "comma-separated earlier encryption keys that still open upstream credentials during a rotation; routebalance reseal moves them to the current key (env ROUTEBALANCE_ENCRYPTION_KEY_PREVIOUS)")
 }
 
 // decodeSecretList decodes a comma-separated list of secrets; "" is none.

@@ -91,7 +91,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&c.bodyLimit, "body-limit", limit, "largest request body in bytes (env ROUTEBALANCE_BODY_LIMIT)")
 	grace, _ := time.ParseDuration(env("SHUTDOWN_TIMEOUT", "30s"))
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", grace, "how long in-flight requests and streams may run after SIGINT/SIGTERM (env ROUTEBALANCE_SHUTDOWN_TIMEOUT)")
-	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by `routebalance index build`; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
+	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by routebalance index build; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
 	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
 	addBillingFlags(fs, &c.billing)
 	fs.StringVar(&c.metricsAddr, "metrics-addr", env("METRICS_ADDR", ""), "serve Prometheus /metrics on this address instead of the main listener (env ROUTEBALANCE_METRICS_ADDR)")
