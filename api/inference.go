@@ -167,6 +167,7 @@ func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *in
 // mountInference registers the OpenAI-compatible API under /v1.
 func (s *Server) mountInference(r fiber.Router) {
 	h := newInference(s.cfg.Inference, s.deps.Inference, s.log)
+	s.recent = h.recent // read by the what-if preview (whatif.go)
 	r.Post("/chat/completions", h.complete(proxy.Chat))
 	r.Post("/completions", h.complete(proxy.Completions))
 	r.Get("/models", h.models)

@@ -30,6 +30,7 @@ import (
 //	PATCH  /clusters/{id}                  {name?,policy?} → cluster
 //	DELETE /clusters/{id}                  → 204
 //	GET    /clusters/{id}/state            → live scheduler view
+//	POST   /clusters/{id}/whatif           {weights,baseline_weights?,policy?,max_requests?} → predicted (and baseline) quality, latency, cost (whatif.go)
 //	POST   /clusters/{id}/instances        {base_url,model,…,api_key?} → 201 instance
 //	GET    /clusters/{id}/instances        → list
 //	POST   /clusters/{id}/instances/test-connection {base_url,api_key?} → report
@@ -57,6 +58,7 @@ func (s *Server) mountManagement(r fiber.Router) {
 	a.Patch("/clusters/:id", s.updateCluster)
 	a.Delete("/clusters/:id", s.deleteCluster)
 	a.Get("/clusters/:id/state", s.clusterState)
+	a.Post("/clusters/:id/whatif", s.whatif)
 
 	a.Post("/clusters/:id/instances/test-connection", s.testConnection)
 	a.Post("/clusters/:id/instances", s.createInstance)

@@ -19,6 +19,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 
+	"github.com/routebalance/routebalance/routing/sim"
 	"github.com/routebalance/routebalance/tenants"
 )
 
@@ -28,6 +29,10 @@ type Server struct {
 	deps Deps
 	log  *slog.Logger
 	app  *fiber.App
+	// whatIf serves the what-if preview; recent is the inference path's
+	// recent-request memory (nil without /v1/feedback), read by it.
+	whatIf *whatIf
+	recent *recentRequests
 }
 
 // Config holds the HTTP settings.
@@ -45,6 +50,8 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Inference configures the OpenAI-compatible API (api/inference.go).
 	Inference InferenceConfig
+	// WhatIf bounds the what-if preview (api/whatif.go).
+	WhatIf WhatIfConfig
 }
 
 // DefaultConfig returns the defaults: 8 MiB bodies, 10 min requests
@@ -92,6 +99,10 @@ type Deps struct {
 	BillingTenant TenantFunc
 	// SignupHook is told about each sign-up (creates the Stripe customer).
 	SignupHook SignupHook
+	// WhatIf holds the live router's estimators, used read-only by
+	// POST /api/v1/clusters/{id}/whatif (zero: instance priors and the
+	// latency model's default prior).
+	WhatIf sim.WhatIfDeps
 	// Metrics, when set, is served at GET /metrics (telemetry.Metrics.Handler);
 	// nil leaves /metrics to a listener of its own (--metrics-addr).
 	Metrics http.Handler
@@ -116,6 +127,11 @@ func New(cfg Config, deps Deps) *Server {
 		deps.Log = slog.Default()
 	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Log}
+	if err := cfg.WhatIf.Validate(); err != nil {
+		s.log.Error("invalid what-if config, using defaults", slog.String("error", err.Error()))
+		cfg.WhatIf = WhatIfConfig{}
+	}
+	s.whatIf = newWhatIf(cfg.WhatIf, deps.WhatIf, deps.Inference.Clock)
 	s.app = fiber.New(fiber.Config{
 		BodyLimit:             cfg.BodyLimit,
 		ReadTimeout:           cfg.ReadTimeout,

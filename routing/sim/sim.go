@@ -89,6 +89,11 @@ type Config struct {
 	Goodput metrics.SLO
 	// ZeroLatency runs the engines with no latency at all.
 	ZeroLatency bool
+	// EstimatedQuality scores every completed request with the scheduler's
+	// predicted quality of the model that served it (Decision.
+	// PredictedQuality) instead of the data's label; for workloads without
+	// labels (the what-if preview replays real, unlabelled prompts).
+	EstimatedQuality bool
 }
 
 // DefaultConfig returns λ = 10, 3,000 Poisson arrivals, measured decision
@@ -212,7 +217,7 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 		return nil, workload.ErrEmpty
 	}
 	wall := time.Now()
-	l := &loop{w: w, router: router, res: &Result{Records: make([]metrics.Record, cfg.N)}}
+	l := &loop{w: w, router: router, res: &Result{Records: make([]metrics.Record, cfg.N)}, estimated: cfg.EstimatedQuality}
 	l.engines = make([]*vllmemu.Engine, len(w.specs))
 	l.live = make([]map[string]*Job, len(w.specs))
 	for i, s := range w.specs {
@@ -344,6 +349,7 @@ type loop struct {
 	finished  int
 	res       *Result
 	err       error
+	estimated bool // Config.EstimatedQuality
 }
 
 func (l *loop) finish(j *Job, rec metrics.Record) {
@@ -394,7 +400,7 @@ func (l *loop) event(i int, ev vllmemu.Event) {
 	case vllmemu.EventDone:
 		delete(l.live[i], ev.ID)
 		l.liveCount--
-		l.finish(j, record(j, ev, l.w))
+		l.finish(j, record(j, ev, l.w, l.estimated))
 		l.admit(ev.At, l.router.Release(ev.At, j, routing.Outcome{
 			PromptTokens: j.ticket.PromptTokens,
 			OutputTokens: ev.Tokens,
@@ -427,9 +433,10 @@ func minTime(ts ...time.Time) time.Time {
 }
 
 // record is the client's view of a completed job: latencies from its
-// arrival at the router, quality from the data's label of the served model,
-// cost at the instance's prices.
-func record(j *Job, ev vllmemu.Event, w *World) metrics.Record {
+// arrival at the router, quality from the data's label of the served model
+// (or the scheduler's prediction for it when estimated), cost at the
+// instance's prices.
+func record(j *Job, ev vllmemu.Event, w *World, estimated bool) metrics.Record {
 	in := &w.Cluster.Instances[j.Instance]
 	r := metrics.Record{
 		Start:        j.arrival.Sub(epoch()),
@@ -441,6 +448,10 @@ func record(j *Job, ev vllmemu.Event, w *World) metrics.Record {
 		Model:        in.Model,
 		Instance:     in.ID,
 	}
-	r.Quality, r.HasQuality = j.Item.Quality(in.Model)
+	if estimated {
+		r.Quality, r.HasQuality = j.Decision.PredictedQuality, true
+	} else {
+		r.Quality, r.HasQuality = j.Item.Quality(in.Model)
+	}
 	return r
 }

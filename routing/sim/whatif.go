@@ -1,0 +1,201 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/latency"
+	"github.com/routebalance/routebalance/routing/schedule"
+	"github.com/routebalance/routebalance/routing/sim/workload"
+)
+
+// NewWorldFrom builds a World for a registered cluster: instance i of c is
+// served by an engine with tiers[i] (one instance per tier entry), output
+// lengths from lengths. The cluster is used as given (IDs, models, prices,
+// max concurrency); only its instance list is copied.
+func NewWorldFrom(c routing.Cluster, tiers []vllmemu.Tier, lengths vllmemu.OutputLengths) (*World, error) {
+	if len(c.Instances) == 0 {
+		return nil, errors.New("cluster has no instances")
+	}
+	if len(tiers) != len(c.Instances) {
+		return nil, fmt.Errorf("%d tiers for %d instances", len(tiers), len(c.Instances))
+	}
+	f := &vllmemu.ClusterFile{Name: c.ID, OutputLengths: lengths}
+	for i := range tiers {
+		t := tiers[i]
+		t.Instances = 1
+		f.Tiers = append(f.Tiers, t)
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	c.Instances = append([]routing.Instance(nil), c.Instances...)
+	w := &World{File: f, Cluster: c, Seed: 1}
+	for i := range f.Tiers {
+		w.specs = append(w.specs, vllmemu.InstanceSpec{Index: i, ID: c.Instances[i].ID, Tier: &f.Tiers[i]})
+	}
+	return w, nil
+}
+
+// EngineTier derives an emulated engine's parameters for a registered
+// instance from what the router's latency model predicts for its tier
+// (model@gpu), since there is no GPU to measure:
+//
+//   - tpot_ms_light = TPOT̂(running = 1);
+//   - tpot_load_factor = TPOT̂(running = max_num_seqs) / TPOT̂(running = 1), at least 1;
+//   - ttft_overhead_ms = TTFT̂(idle, empty prompt);
+//   - prefill_ms_per_1k_prompt_tokens = TTFT̂(1000 prompt tokens) − TTFT̂(empty prompt), at least 0;
+//   - max_num_seqs = the instance's max_concurrency (defaultSeqs when 0);
+//   - prices from the instance, verbosity 1, vLLM's default KV sizing.
+//
+// lat nil uses latency.DefaultPrior for every tier.
+func EngineTier(in routing.Instance, lat schedule.LatencyModel, defaultSeqs int) vllmemu.Tier {
+	if lat == nil {
+		m, _ := latency.New(latency.Config{}) // the zero Config is valid
+		lat = m
+	}
+	seqs := in.MaxConcurrency
+	if seqs <= 0 {
+		seqs = max(defaultSeqs, 1)
+	}
+	tier := in.Tier()
+	light := lat.TPOT(tier, routing.Load{Running: 1})
+	full := lat.TPOT(tier, routing.Load{Running: float64(seqs)})
+	t0 := lat.TTFT(tier, routing.Load{})
+	t1k := lat.TTFT(tier, routing.Load{PromptTokens: 1000})
+	factor := 1.0
+	if light > 0 && full > light && !math.IsInf(full, 0) {
+		factor = full / light
+	}
+	if !(light > 0) || math.IsInf(light, 0) {
+		light = latency.DefaultPrior().TPOT[0]
+	}
+	if !(t0 >= 0) || math.IsInf(t0, 0) {
+		t0 = 0
+	}
+	prefill := t1k - t0
+	if !(prefill >= 0) || math.IsInf(prefill, 0) {
+		prefill = 0
+	}
+	return vllmemu.Tier{
+		Model:                      in.Model,
+		GPU:                        in.GPU,
+		TensorParallel:             max(in.TensorParallel, 1),
+		Instances:                  1,
+		TPOTMsLight:                light * 1e3,
+		TPOTLoadFactor:             factor,
+		MaxNumSeqs:                 seqs,
+		TTFTOverheadMs:             t0 * 1e3,
+		PrefillMsPer1kPromptTokens: prefill * 1e3,
+		PriceInPerMTok:             in.PriceInPerMTok,
+		PriceOutPerMTok:            in.PriceOutPerMTok,
+		Verbosity:                  1,
+	}
+}
+
+// WhatIfConfig bounds one what-if replay.
+type WhatIfConfig struct {
+	// MaxRequests caps the replayed requests (default 300).
+	MaxRequests int
+	// Rate is the replay's arrival rate in req/s (default 4, Poisson).
+	Rate float64
+	// Timeout bounds one replay's wall-clock time (default 800ms).
+	Timeout time.Duration
+	// Seed fixes the prompt sample and arrivals (default 1).
+	Seed uint64
+}
+
+// DefaultWhatIfConfig returns 300 requests at 4 req/s within 800 ms.
+func DefaultWhatIfConfig() WhatIfConfig {
+	return WhatIfConfig{MaxRequests: 300, Rate: 4, Timeout: 800 * time.Millisecond, Seed: 1}
+}
+
+// Validate reports settings that cannot run.
+func (c WhatIfConfig) Validate() error {
+	if c.MaxRequests <= 0 || !(c.Rate > 0) || math.IsInf(c.Rate, 0) || c.Timeout <= 0 {
+		return fmt.Errorf("what-if config: max requests, rate and timeout must be positive")
+	}
+	return nil
+}
+
+// WhatIfDeps are the live router's estimators, used read-only: the replay
+// never teaches them (the wrappers hide their Observe methods).
+type WhatIfDeps struct {
+	// Estimator is the quality/length estimator (nil: instance priors).
+	Estimator schedule.Estimator
+	// Latency is the TPOT/TTFT model (nil: latency.DefaultPrior).
+	Latency schedule.LatencyModel
+	// Schedule is the scheduler's configuration.
+	Schedule schedule.Config
+}
+
+// readOnlyEstimator exposes Estimate only, so the Core cannot call
+// ObserveLength on the live index.
+type readOnlyEstimator struct{ e schedule.Estimator }
+
+func (r readOnlyEstimator) Estimate(ctx context.Context, prompts, models []string, priors []float64, out []routing.PromptEstimate) error {
+	return r.e.Estimate(ctx, prompts, models, priors, out)
+}
+
+// readOnlyLatency exposes the predictions only, so the Core cannot call
+// Observe on the live latency models.
+type readOnlyLatency struct{ m schedule.LatencyModel }
+
+func (r readOnlyLatency) TPOT(tier string, l routing.Load) float64 { return r.m.TPOT(tier, l) }
+func (r readOnlyLatency) TTFT(tier string, l routing.Load) float64 { return r.m.TTFT(tier, l) }
+
+// WhatIf replays items through a fresh schedule.Core for world with the
+// policy and weights, and summarises the run. Quality is the scheduler's
+// own predicted quality of each served model (Config.EstimatedQuality);
+// decisions cost no virtual time, so the same inputs give the same answer.
+func WhatIf(ctx context.Context, cfg WhatIfConfig, deps WhatIfDeps, w *World, items []workload.Item, policy routing.PolicyConfig, weights routing.Weights) (Cell, error) {
+	if err := cfg.Validate(); err != nil {
+		return Cell{}, err
+	}
+	if err := weights.Validate(); err != nil {
+		return Cell{}, err
+	}
+	if len(items) == 0 {
+		return Cell{}, workload.ErrEmpty
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	sdeps := schedule.Deps{}
+	if deps.Estimator != nil {
+		sdeps.Estimator = readOnlyEstimator{deps.Estimator}
+	}
+	if deps.Latency != nil {
+		sdeps.Latency = readOnlyLatency{deps.Latency}
+	}
+	// Labels: an empty oracle, so the oracle policy (simulation only) has
+	// no truth to read here and falls back like an unlabelled prompt.
+	sdeps.Labels = noLabels{}
+	r, err := NewCoreRouter(deps.Schedule, sdeps, w, Arm{Policy: policy, Weights: weights})
+	if err != nil {
+		return Cell{}, err
+	}
+	defer r.Close()
+	run := Config{
+		Rate: cfg.Rate, Burstiness: 1, N: min(cfg.MaxRequests, max(len(items), 1)), Seed: cfg.Seed,
+		DecisionCost: 0, ScrapeInterval: 250 * time.Millisecond, EstimatedQuality: true,
+	}
+	if len(items) < cfg.MaxRequests && len(items) < 50 {
+		run.N = min(cfg.MaxRequests, 50) // too few prompts: resample with replacement
+	}
+	res, err := Run(ctx, run, w, items, weights, r)
+	if err != nil {
+		return Cell{}, err
+	}
+	c := Summarize(res, DefaultGoodput())
+	c.Policy, c.Weights, c.Rate = policy.Name, weights.String(), cfg.Rate
+	return c, nil
+}
+
+type noLabels struct{}
+
+func (noLabels) TrueLabels(*routing.Request, []string, *routing.PromptEstimate) bool { return false }
