@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/routebalance/routebalance/internal/benchcpu"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/latency"
 )
@@ -131,7 +132,7 @@ func BenchmarkEstimate(b *testing.B) {
 				out := make([]routing.PromptEstimate, n)
 				ctx := context.Background()
 				b.ReportAllocs()
-				measureCPU(b, func() {
+				benchcpu.Measure(b, func() {
 					if err := kind.k.Estimate(ctx, prompts, models, nil, out); err != nil {
 						b.Fatal(err)
 					}
@@ -150,7 +151,7 @@ func BenchmarkEmbed(b *testing.B) {
 	}
 	dst := make([]float32, 8*exact.Dim())
 	b.ReportAllocs()
-	measureCPU(b, func() { _ = exact.emb.Embed(context.Background(), prompts, dst) })
+	benchcpu.Measure(b, func() { _ = exact.emb.Embed(context.Background(), prompts, dst) })
 }
 
 // BenchmarkBatchDecision is the whole per-batch estimate of the paper's
@@ -180,7 +181,7 @@ func BenchmarkBatchDecision(b *testing.B) {
 			tp := make([]float64, 13)
 			ctx := context.Background()
 			b.ReportAllocs()
-			measureCPU(b, func() {
+			benchcpu.Measure(b, func() {
 				if err := kind.k.Estimate(ctx, prompts, models, nil, out); err != nil {
 					b.Fatal(err)
 				}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/routebalance/routebalance/internal/benchcpu"
 	"github.com/routebalance/routebalance/routing"
 )
 
@@ -125,7 +126,7 @@ func BenchmarkTPOT(b *testing.B) {
 				}
 				out := make([]float64, n)
 				b.ReportAllocs()
-				measureCPU(b, func() {
+				benchcpu.Measure(b, func() {
 					for i := range loads {
 						out[i] = m.TPOT(tier, loads[i])
 					}

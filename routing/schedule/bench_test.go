@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/routebalance/routebalance/internal/benchcpu"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/fleet"
 )
@@ -89,7 +89,7 @@ func BenchmarkScoreBatch(b *testing.B) {
 				b.ReportAllocs()
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
-				cpu0 := threadCPU()
+				cpu0, _ := benchcpu.Thread()
 				b.ResetTimer()
 				for b.Loop() {
 					copy(core.view, saved)
@@ -103,7 +103,7 @@ func BenchmarkScoreBatch(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(batch)/1000, "µs/req")
-				b.ReportMetric(float64((threadCPU()-cpu0).Nanoseconds())/float64(b.N)/float64(batch)/1000, "cpu-µs/req")
+				b.ReportMetric(float64(benchcpu.Since(cpu0).Nanoseconds())/float64(b.N)/float64(batch)/1000, "cpu-µs/req")
 			})
 		}
 	}
@@ -148,19 +148,6 @@ type boundLatency struct{ tierLatency }
 func (b boundLatency) Bind(tier string) TierLatency {
 	return &tierCoef{tpot: b.tpot[tier], perSeq: b.perSeq, ttft: b.ttft[tier]}
 }
-
-// threadCPU returns the CPU time the calling OS thread has used: on a
-// shared machine it measures the work, not the wait for a core.
-func threadCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// rusageThread is RUSAGE_THREAD (Linux).
-const rusageThread = 1
 
 func fleetSpec(tokens float64) fleetLeaseSpec {
 	return fleetLeaseSpec{Tokens: tokens, TPOT: 20 * time.Millisecond}
