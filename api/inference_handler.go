@@ -160,9 +160,14 @@ func (x *exchange) record(a *routing.Assignment, res *proxy.Result, status strin
 	if res != nil {
 		ev.PromptTokens, ev.OutputTokens = res.Outcome.PromptTokens, res.Outcome.OutputTokens
 		ev.CostUSD = a.Instance.CostUSD(float64(ev.PromptTokens), float64(ev.OutputTokens))
-		if res.Outcome.TTFT > 0 {
+		switch {
+		case res.Outcome.TTFT > 0:
 			// the client's TTFT: its E2E less the instance's decode time
 			ev.TTFT = ev.E2E - (res.Outcome.E2E - res.Outcome.TTFT)
+		case res.Outcome.Err == nil && x.body != nil && !x.body.stream:
+			// a non-streamed client gets its first token with the whole
+			// answer (the proxy reports no TTFT for it: see routing.Outcome)
+			ev.TTFT = ev.E2E
 		}
 	}
 	x.h.deps.Meter.Record(ev)

@@ -38,8 +38,13 @@ type Decision struct {
 type Outcome struct {
 	PromptTokens int
 	OutputTokens int
-	TTFT         time.Duration
-	E2E          time.Duration
+	// TTFT and E2E are measured from when the proxy sent the request
+	// upstream (so they exclude the router's queue wait, which is in
+	// Decision.QueueWait). TTFT is zero when no first token was observed
+	// apart from the whole answer — a non-streamed request — and then
+	// says nothing about time to first token.
+	TTFT time.Duration
+	E2E  time.Duration
 	// Err is non-nil when the request failed; Upstream tells whether the
 	// instance itself is to blame (connection error, 5xx) rather than the
 	// client (cancel, bad request).

@@ -62,6 +62,12 @@ func family(t *testing.T, m *Metrics, name string) map[string]*dto.Metric {
 	return out
 }
 
+// ratio is observed/predicted of two durations in milliseconds, computed
+// as the histogram does.
+func ratio(observedMs, predictedMs int64) float64 {
+	return float64(time.Duration(observedMs)*time.Millisecond) / float64(time.Duration(predictedMs)*time.Millisecond)
+}
+
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func TestRouterObservesDecisionsAndOutcomes(t *testing.T) {
@@ -80,6 +86,7 @@ func TestRouterObservesDecisionsAndOutcomes(t *testing.T) {
 		{Err: errors.New("refused"), Upstream: true},                   // instance fault
 		{Err: context.Canceled},                                        // client's fault
 		{E2E: 2 * time.Second, TTFT: 100 * time.Millisecond, Err: nil}, // ratios 1 and 1
+		{E2E: time.Second},                                             // non-streamed: no TTFT sample
 	}
 	for i, o := range outcomes {
 		req := &routing.Request{}
@@ -127,12 +134,13 @@ func TestRouterObservesDecisionsAndOutcomes(t *testing.T) {
 		got  any
 		want any
 	}{
+		// observed = outcome + the 20 ms queue wait the prediction includes
 		{"ratio", hists("routebalance_prediction_ratio"), map[string]hist{
-			"cluster=c1,model=llama,quantity=e2e,":  {2, 1.5 + 1},
-			"cluster=c1,model=llama,quantity=ttft,": {2, 0.5 + 1},
+			"cluster=c1,model=llama,quantity=e2e,":  {3, ratio(3020, 2000) + ratio(2020, 2000) + ratio(1020, 2000)},
+			"cluster=c1,model=llama,quantity=ttft,": {2, ratio(70, 100) + ratio(120, 100)},
 		}},
-		{"batch", hists("routebalance_decision_batch_size"), map[string]hist{"cluster=c1,policy=routebalance,": {5, 20}}},
-		{"queue", hists("routebalance_queue_wait_seconds"), map[string]hist{"cluster=c1,instance=i1,": {5, 0.1}}},
+		{"batch", hists("routebalance_decision_batch_size"), map[string]hist{"cluster=c1,policy=routebalance,": {6, 24}}},
+		{"queue", hists("routebalance_queue_wait_seconds"), map[string]hist{"cluster=c1,instance=i1,": {6, 0.12}}},
 		{"upstream", counters("routebalance_upstream_errors_total"), map[string]float64{"cluster=c1,instance=i1,": 1}},
 		{"failovers", counters("routebalance_failovers_total"), map[string]float64{"cluster=c1,": 1}},
 		{"rejections", counters("routebalance_route_rejections_total"), map[string]float64{
@@ -145,7 +153,7 @@ func TestRouterObservesDecisionsAndOutcomes(t *testing.T) {
 		}
 	}
 	dec := family(t, m, "routebalance_decision_duration_seconds")["cluster=c1,policy=routebalance,"]
-	if dec.GetHistogram().GetSampleCount() != 5 || dec.GetHistogram().GetSampleSum() < 5*300e-6-1e-12 || dec.GetHistogram().GetSampleSum() > 5*300e-6+1e-12 {
+	if dec.GetHistogram().GetSampleCount() != 6 || dec.GetHistogram().GetSampleSum() < 6*300e-6-1e-12 || dec.GetHistogram().GetSampleSum() > 6*300e-6+1e-12 {
 		t.Errorf("decision histogram %v", dec)
 	}
 }

@@ -65,11 +65,15 @@ func (m *Metrics) observeOutcome(cluster string, d *routing.Decision, o routing.
 	if o.Truncated {
 		return
 	}
+	// The predictions include the predicted wait for a slot on the
+	// instance; the outcome is timed from the upstream send, so the
+	// measured wait is added back. A zero TTFT (non-streamed answer) was
+	// not observed and is no sample.
 	if d.PredictedE2E > 0 && o.E2E > 0 {
-		m.ratio.WithLabelValues(cluster, d.Instance.Model, "e2e").Observe(float64(o.E2E) / float64(d.PredictedE2E))
+		m.ratio.WithLabelValues(cluster, d.Instance.Model, "e2e").Observe(float64(o.E2E+d.QueueWait) / float64(d.PredictedE2E))
 	}
 	if d.PredictedTTFT > 0 && o.TTFT > 0 {
-		m.ratio.WithLabelValues(cluster, d.Instance.Model, "ttft").Observe(float64(o.TTFT) / float64(d.PredictedTTFT))
+		m.ratio.WithLabelValues(cluster, d.Instance.Model, "ttft").Observe(float64(o.TTFT+d.QueueWait) / float64(d.PredictedTTFT))
 	}
 }
 

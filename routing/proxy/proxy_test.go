@@ -141,6 +141,11 @@ func TestNonStreamChat(t *testing.T) {
 	if res.Outcome.E2E <= 0 {
 		t.Errorf("E2E = %v, want > 0", res.Outcome.E2E)
 	}
+	// A non-streamed answer has no first-token time: reporting its E2E
+	// as TTFT made the router's TTFT calibration 8-30x off.
+	if res.Outcome.TTFT != 0 {
+		t.Errorf("TTFT = %v for a non-streamed answer, want 0 (not observed)", res.Outcome.TTFT)
+	}
 	if !res.Outcome.Truncated {
 		t.Error("an answer cut by max_tokens is not marked truncated")
 	}

@@ -114,7 +114,8 @@ func (r *Response) relayBody(ctx context.Context, w Writer) Result {
 		res.Outcome.Err, res.Outcome.Upstream, res.Status = fmt.Errorf("%w: body larger than %d bytes", ErrStreamBroken, r.p.cfg.MaxResponseBytes), true, ResultError
 		return res
 	}
-	res.Outcome.TTFT = res.Outcome.E2E // a non-streamed answer arrives at once
+	// A non-streamed answer arrives at once: its first token was not
+	// observed, so TTFT stays 0 (see routing.Outcome).
 	var body struct {
 		Usage   *usage `json:"usage"`
 		Choices []struct {

@@ -868,7 +868,9 @@ func (c *Core) Release(now time.Time, t *Ticket, o routing.Outcome) {
 	if lo, ok := c.deps.Estimator.(LengthObserver); ok && o.OutputTokens > 0 {
 		lo.ObserveLength(t.Req.Prompt, t.Decision.Instance.Model, o.OutputTokens)
 	}
-	if lo, ok := c.deps.Latency.(LatencyObserver); ok && o.OutputTokens > 1 && o.E2E > o.TTFT {
+	// Only a streamed answer observed its first token (o.TTFT > 0); a
+	// non-streamed one's E2E mixes prefill and decode and teaches neither.
+	if lo, ok := c.deps.Latency.(LatencyObserver); ok && o.OutputTokens > 1 && o.TTFT > 0 && o.E2E > o.TTFT {
 		tpot := (o.E2E - o.TTFT).Seconds() / float64(o.OutputTokens-1)
 		lo.Observe(t.Decision.Instance.Tier(), t.spec.Load, tpot, o.TTFT.Seconds())
 	}

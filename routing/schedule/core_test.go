@@ -596,3 +596,41 @@ func TestState(t *testing.T) {
 	}
 	core.Release(t0, a, routing.Outcome{OutputTokens: 5})
 }
+
+// observingLatency is tierLatency that records what Release teaches it.
+type observingLatency struct {
+	tierLatency
+	got []observed
+}
+
+type observed struct {
+	Tier       string
+	TPOT, TTFT float64
+}
+
+func (l *observingLatency) Observe(tier string, _ routing.Load, tpot, ttft float64) {
+	l.got = append(l.got, observed{tier, tpot, ttft})
+}
+
+// TestReleaseObservesOnlyMeasuredTTFT: a non-streamed outcome (TTFT 0: no
+// first token seen apart from the whole answer) must not reach the latency
+// model, whose TTFT and TPOT would otherwise absorb a whole answer's time;
+// a streamed one splits E2E into TTFT and (E2E−TTFT)/(tokens−1).
+func TestReleaseObservesOnlyMeasuredTTFT(t *testing.T) {
+	c, est, lat := twoTier()
+	ol := &observingLatency{tierLatency: lat}
+	core := newCore(t, Config{}, Deps{Estimator: est, Latency: ol}, c)
+	for _, o := range []routing.Outcome{
+		{OutputTokens: 5, E2E: time.Second},                                   // non-streamed
+		{OutputTokens: 5, E2E: time.Second, TTFT: 200 * time.Millisecond},     // streamed
+		{OutputTokens: 1, E2E: time.Second, TTFT: 900 * time.Millisecond},     // one token: no TPOT
+		{OutputTokens: 5, E2E: time.Second, Err: fmt.Errorf("upstream died")}, // failed
+	} {
+		tk := assign(core, t0, &routing.Request{ID: "r", Prompt: "q", PromptTokens: 10, Weights: routing.Weights{Quality: 1}})[0]
+		core.Release(t0.Add(time.Second), tk, o)
+	}
+	want := []observed{{"big@h100", 0.2, 0.2}}
+	if diff := cmp.Diff(want, ol.got, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); diff != "" {
+		t.Errorf("observations (-want +got):\n%s", diff)
+	}
+}
