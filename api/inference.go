@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/routing"
@@ -126,6 +127,11 @@ type InferenceDeps struct {
 	Quality QualityObserver
 	// Clock stamps arrivals and usage events (default the wall clock).
 	Clock routing.Clock
+	// Tracer receives the spans of every completion request (root, auth,
+	// route with its batch wait/estimate/score phases, upstream, meter;
+	// telemetry/README.md). nil or a no-op provider (the default) turns
+	// tracing off at no cost. telemetry.Tracing.Provider supplies it.
+	Tracer trace.TracerProvider
 }
 
 // inference serves /v1.
@@ -138,6 +144,7 @@ type inference struct {
 	recent *recentRequests
 	// limiter enforces the keys' and tenants' rate limits (ratelimit.go).
 	limiter *limits.Limiter
+	trace   tracer
 }
 
 func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *inference {
@@ -146,7 +153,7 @@ func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *in
 		cfg = InferenceConfig{}
 	}
 	cfg = cfg.withDefaults()
-	h := &inference{cfg: cfg, deps: deps, log: log, clock: deps.Clock, proxy: deps.Proxy}
+	h := &inference{cfg: cfg, deps: deps, log: log, clock: deps.Clock, proxy: deps.Proxy, trace: newTracer(deps.Tracer)}
 	if h.clock == nil {
 		h.clock = routing.WallClock{}
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/routing"
@@ -132,6 +134,7 @@ type exchange struct {
 	held     *routing.Assignment
 	recorded bool
 	limit    limits.Ticket // rate-limit hold (api/ratelimit.go), released once
+	root     trace.Span    // the request's root span, ended by endRoot
 }
 
 // release frees the held assignment (if any) with o.
@@ -150,6 +153,11 @@ func (x *exchange) record(a *routing.Assignment, res *proxy.Result, status strin
 		return
 	}
 	x.recorded = true
+	if x.root != nil && x.root.IsRecording() {
+		_, sp := x.h.trace.start(trace.ContextWithSpan(context.Background(), x.root), "meter")
+		sp.SetAttributes(attrResult.String(status), attrStatusCode.Int(httpStatus))
+		defer sp.End()
+	}
 	now := x.h.clock.Now()
 	ev := billing.UsageEvent{
 		RequestID: x.id, TenantID: x.p.Tenant.ID, KeyID: x.p.Key.ID, ClusterID: x.cluster.ID,
@@ -175,7 +183,8 @@ func (x *exchange) record(a *routing.Assignment, res *proxy.Result, status strin
 
 // complete serves POST /v1/chat/completions and /v1/completions.
 func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
-	return func(c *fiber.Ctx) error {
+	spanName := "POST " + string(ep)
+	return func(c *fiber.Ctx) (err error) {
 		x := &exchange{h: h, arrival: h.clock.Now(), id: exchangeID(c)}
 		// The request context carries the server's request deadline; a
 		// stream takes its cancel over (requestCancel) because it outlives
@@ -188,9 +197,35 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 				cancel()
 			}
 		}()
+		// The root span ends last, when the answer is known; a stream's
+		// goroutine takes it over with the rest of the exchange.
+		ctx = h.trace.extract(ctx, c)
+		ctx, x.root = h.trace.start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer))
+		if x.root.IsRecording() {
+			x.root.SetAttributes(attrRequestID.String(x.id))
+			c.Locals(localTraceID, x.root.SpanContext().TraceID().String())
+		}
+		defer func() {
+			if !handedOff {
+				status := c.Response().StatusCode()
+				if err != nil {
+					status = errorStatus(err)
+				}
+				x.endRoot(status)
+			}
+		}()
 		defer func() { x.release(routing.Outcome{Err: errAbandoned}) }()
 
-		p, err := h.authenticate(ctx, c)
+		actx, asp := h.trace.start(ctx, "auth")
+		p, err := h.authenticate(actx, c)
+		if asp.IsRecording() {
+			if p == nil {
+				asp.SetStatus(codes.Error, "not authenticated")
+			} else {
+				asp.SetAttributes(attrTenant.String(p.Tenant.ID))
+			}
+		}
+		asp.End()
 		if p == nil {
 			return err
 		}
@@ -222,6 +257,9 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 				"this API key's tenant has no cluster; register one with POST /api/v1/clusters")
 		}
 		x.cluster = cl
+		if x.root.IsRecording() {
+			x.root.SetAttributes(attrCluster.String(cl.ID), attrStream.Bool(body.stream))
+		}
 		if h.deps.Router == nil {
 			return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "not_configured", "", "no router is configured on this server")
 		}
@@ -261,9 +299,21 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 			a        *routing.Assignment
 			resp     *proxy.Response
 			firstErr error
+			usp      trace.Span // the upstream span of the open attempt
 		)
 		for attempt := 0; ; attempt++ {
-			a, err = h.deps.Router.Route(ctx, cl, req)
+			rctx, rsp, t0 := h.trace.startNow(ctx, "route")
+			a, err = h.deps.Router.Route(rctx, cl, req)
+			if rsp.IsRecording() {
+				t1 := time.Now()
+				h.trace.traceRoute(rctx, rsp, t0, t1, attempt, a, err)
+				rsp.End(trace.WithTimestamp(t1))
+				if err == nil && x.root.IsRecording() {
+					x.root.SetAttributes(attrModel.String(a.Instance.Model), attrPolicy.String(a.Policy), attrInstance.String(a.Instance.ID))
+				}
+			} else {
+				rsp.End()
+			}
 			if err != nil {
 				if firstErr != nil { // the fail-over found no other instance
 					return h.sendUnreachable(c, x, firstErr)
@@ -276,10 +326,15 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 				Endpoint: ep, Body: body.fields, Stream: body.stream, IncludeUsage: body.includeUsage,
 				MaxTokens: a.MaxTokens, BudgetUSD: budget, PromptTokens: body.promptTokens, RequestID: x.id,
 			}
+			_, usp = h.trace.start(ctx, "upstream")
+			if usp.IsRecording() {
+				usp.SetAttributes(attrInstance.String(a.Instance.ID), attrStream.Bool(body.stream))
+			}
 			resp, err = h.proxy.Open(ctx, &a.Instance, call)
 			if err == nil {
 				break
 			}
+			endUpstream(usp, nil, err)
 			var se *proxy.StatusError
 			switch {
 			case errors.Is(err, proxy.ErrUnreachable):
@@ -313,6 +368,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 		if !body.stream {
 			var buf bodyBuffer
 			res := resp.Relay(ctx, &buf, a)
+			endUpstream(usp, &res, nil)
 			x.release(res.Outcome)
 			h.remember(x, a)
 			switch res.Status {
@@ -358,6 +414,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 					res.Status = proxy.ResultError
 					resp.Close()
 				}
+				endUpstream(usp, &res, nil)
 				stopWatch()
 				cancel()
 				endRequest()
@@ -368,6 +425,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 				}
 				x.record(a, &res, res.Status, status)
 				x.releaseLimits()
+				x.endRoot(status)
 			}()
 			res = resp.Relay(ctx, w, sent)
 		})

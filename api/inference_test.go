@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/routing"
@@ -251,6 +252,7 @@ type envOpts struct {
 	realRouter bool
 	policy     string
 	spend      SpendGuard
+	tracer     trace.TracerProvider
 }
 
 func principal(tenantID string, instances []tenants.Instance) *tenants.Principal {
@@ -285,7 +287,7 @@ func newInfEnv(t testing.TB, o envOpts) *infEnv {
 		keys:    map[string]*tenants.Principal{testKey: e.p, revokedKey: e.p, otherKey: principal("t2", o.instances)},
 		revoked: map[string]bool{revokedKey: true},
 	}
-	deps := InferenceDeps{Keys: e.keys, Router: e.router, Meter: e.meter, Spend: o.spend}
+	deps := InferenceDeps{Keys: e.keys, Router: e.router, Meter: e.meter, Spend: o.spend, Tracer: o.tracer}
 	if o.quality {
 		e.quality = &qualityLog{}
 		deps.Quality = e.quality

@@ -18,6 +18,7 @@ const (
 	localTenantID  = "rb.tenant_id"
 	localCancel    = "rb.cancel"
 	localErrLogged = "rb.err"
+	localTraceID   = "rb.trace_id"
 )
 
 // HeaderRequestID carries the request id in both directions.
@@ -85,6 +86,9 @@ func (s *Server) accessLog(c *fiber.Ctx) error {
 	}
 	if !c.Response().IsBodyStream() {
 		attrs = append(attrs, slog.Int("bytes_out", len(c.Response().Body())))
+	}
+	if tid, ok := c.Locals(localTraceID).(string); ok {
+		attrs = append(attrs, slog.String("trace_id", tid))
 	}
 	if tid, ok := c.Locals(localTenantID).(string); ok {
 		attrs = append(attrs, slog.String("tenant_id", tid))

@@ -13,6 +13,9 @@ type Decision struct {
 	BatchSize int
 	// DecisionTime is the scheduler's compute time for the request's batch.
 	DecisionTime time.Duration
+	// EstimateTime is the part of DecisionTime spent estimating the
+	// batch's prompts (the rest is snapshot, ordering and scoring).
+	EstimateTime time.Duration
 	// QueueWait is how long the request waited for admission on its
 	// instance after the decision.
 	QueueWait time.Duration

@@ -51,6 +51,7 @@ type serveConfig struct {
 	latencyDir      string
 	billing         billingFlags
 	metricsAddr     string
+	tracing         telemetry.TracingConfig
 }
 
 // env returns the value of ROUTEBALANCE_<name>, or def.
@@ -95,6 +96,11 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
 	addBillingFlags(fs, &c.billing)
 	fs.StringVar(&c.metricsAddr, "metrics-addr", env("METRICS_ADDR", ""), "serve Prometheus /metrics on this address instead of the main listener (env ROUTEBALANCE_METRICS_ADDR)")
+	c.tracing = telemetry.DefaultTracingConfig()
+	fs.StringVar(&c.tracing.Endpoint, "otlp-endpoint", env("OTLP_ENDPOINT", ""), "export OpenTelemetry traces by OTLP/HTTP to this collector URL, e.g. http://otel-collector:4318 (/v1/traces is appended to a bare URL); empty turns tracing off (env ROUTEBALANCE_OTLP_ENDPOINT)")
+	fs.StringVar(&c.tracing.ServiceName, "otlp-service-name", env("OTLP_SERVICE_NAME", c.tracing.ServiceName), "service.name of the exported traces (env ROUTEBALANCE_OTLP_SERVICE_NAME)")
+	ratio := env("TRACE_SAMPLE_RATIO", "1")
+	fs.Func("trace-sample-ratio", "fraction of new traces kept, in (0, 1]; a sampled incoming parent is always followed (env ROUTEBALANCE_TRACE_SAMPLE_RATIO)", func(s string) error { ratio = s; return nil })
 	level := env("LOG_LEVEL", "info")
 	fs.Func("log-level", "debug, info, warn or error (env ROUTEBALANCE_LOG_LEVEL)", func(s string) error { level = s; return nil })
 	if err := fs.Parse(args); err != nil {
@@ -109,6 +115,14 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if err := c.logLevel.UnmarshalText([]byte(level)); err != nil {
 		return c, fmt.Errorf("--log-level: %w", err)
+	}
+	r, err := strconv.ParseFloat(ratio, 64)
+	if err != nil || r <= 0 {
+		return c, fmt.Errorf("--trace-sample-ratio: %q is not a number in (0, 1]", ratio)
+	}
+	c.tracing.SampleRatio = r
+	if err := c.tracing.Validate(); err != nil {
+		return c, fmt.Errorf("--otlp-endpoint/--trace-sample-ratio: %w", err)
 	}
 	if c.bodyLimit <= 0 || c.shutdownTimeout <= 0 {
 		return c, errors.New("--body-limit and --shutdown-timeout must be positive")
@@ -402,7 +416,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	deps.Inference = api.InferenceDeps{Keys: svc, Router: tel.Router(router), Proxy: px, Meter: tel.Meter(bill.meter, bill.pricing), Spend: bill.guard}
+	// Traces go to the OTLP collector when one is configured; otherwise
+	// the provider is a no-op and the inference path skips every span.
+	tracing, err := telemetry.NewTracing(ctx, cfg.tracing)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(fctx); err != nil {
+			log.Warn("flush traces", slog.Any("err", err))
+		}
+	}()
+	if tracing.Enabled() {
+		log.Info("tracing", slog.String("otlp_endpoint", cfg.tracing.Endpoint), slog.Float64("sample_ratio", cfg.tracing.SampleRatio))
+	}
+	deps.Inference = api.InferenceDeps{Keys: svc, Router: tel.Router(router), Proxy: px, Meter: tel.Meter(bill.meter, bill.pricing), Spend: bill.guard,
+		Tracer: tracing.Provider()}
 	if knn != nil {
 		deps.Inference.Quality = knn // POST /v1/feedback teaches the index
 	}

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
+	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
@@ -241,5 +244,37 @@ func TestServeDrainsStreamOnShutdown(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("metered requests = %d, want 1", n)
+	}
+}
+
+func TestServeTracingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     string // ROUTEBALANCE_OTLP_ENDPOINT
+		want    telemetry.TracingConfig
+		wantErr bool
+	}{
+		{name: "off by default", want: telemetry.TracingConfig{ServiceName: "routebalance", SampleRatio: 1}},
+		{name: "flags", args: []string{"--otlp-endpoint", "http://otel:4318", "--otlp-service-name", "rb-eu", "--trace-sample-ratio", "0.25"},
+			want: telemetry.TracingConfig{Endpoint: "http://otel:4318", ServiceName: "rb-eu", SampleRatio: 0.25}},
+		{name: "env", env: "https://collector.example.com/v1/traces",
+			want: telemetry.TracingConfig{Endpoint: "https://collector.example.com/v1/traces", ServiceName: "routebalance", SampleRatio: 1}},
+		{name: "bad endpoint", args: []string{"--otlp-endpoint", "otel:4318"}, wantErr: true},
+		{name: "ratio zero", args: []string{"--trace-sample-ratio", "0"}, wantErr: true},
+		{name: "ratio above one", args: []string{"--trace-sample-ratio", "2"}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("ROUTEBALANCE_OTLP_ENDPOINT", tc.env)
+			cfg, err := parseServeFlags(tc.args, io.Discard)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if err == nil {
+				if diff := cmp.Diff(tc.want, cfg.tracing); diff != "" {
+					t.Errorf("tracing config (-want +got):\n%s", diff)
+				}
+			}
+		})
 	}
 }

@@ -258,6 +258,8 @@ func (c *Core) Assign(ctx context.Context, now time.Time, tickets []*Ticket) {
 		}
 	}
 
+	estimated := c.deps.Stopwatch() - start
+
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	// Where each model's estimates come from, for State: the batch's best.
@@ -283,6 +285,7 @@ func (c *Core) Assign(ctx context.Context, now time.Time, tickets []*Ticket) {
 	elapsed := c.deps.Stopwatch() - start
 	for _, t := range c.live {
 		t.Decision.DecisionTime = elapsed
+		t.Decision.EstimateTime = estimated
 	}
 	for _, t := range c.notify {
 		t.Notify(t)
