@@ -27,6 +27,7 @@ type testEnv struct {
 	app    *fiber.App
 	svc    *tenants.Service
 	logBuf *bytes.Buffer
+	srv    *Server
 }
 
 func newEnv(t *testing.T, e dbtest.Engine, allowPrivate bool, mut func(*Deps)) *testEnv {
@@ -61,7 +62,7 @@ func newEnv(t *testing.T, e dbtest.Engine, allowPrivate bool, mut func(*Deps)) *
 	acfg := DefaultConfig()
 	acfg.BodyLimit = 64 << 10
 	srv := New(acfg, deps)
-	return &testEnv{t: t, app: srv.App(), svc: svc, logBuf: &buf}
+	return &testEnv{t: t, app: srv.App(), svc: svc, logBuf: &buf, srv: srv}
 }
 
 type resp struct {

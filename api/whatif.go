@@ -23,7 +23,7 @@ import (
 // WhatIfConfig bounds POST /api/v1/clusters/{id}/whatif; zero fields take
 // the defaults of DefaultWhatIfConfig.
 type WhatIfConfig struct {
-	// Sim bounds one replay (requests, arrival rate, time limit).
+	// Sim bounds one replay (requests, arrival rate or load, time limit).
 	Sim sim.WhatIfConfig
 	// MinRecent is how many recent prompts of the tenant the process must
 	// hold before they are replayed instead of the sample set (default 20).
@@ -55,8 +55,8 @@ func (c WhatIfConfig) withDefaults() WhatIfConfig {
 	if c.Sim.MaxRequests <= 0 {
 		c.Sim.MaxRequests = d.Sim.MaxRequests
 	}
-	if !(c.Sim.Rate > 0) {
-		c.Sim.Rate = d.Sim.Rate
+	if c.Sim.Rate == 0 && c.Sim.Load == 0 {
+		c.Sim.Load = d.Sim.Load
 	}
 	if c.Sim.Timeout <= 0 {
 		c.Sim.Timeout = d.Sim.Timeout
@@ -268,7 +268,7 @@ func (s *Server) whatif(c *fiber.Ctx) error {
 		return whatIfError(err)
 	}
 	out := whatIfResponse{
-		Source: source, Requests: pred.N, Predicted: metricsOf(pred), Policy: rc.Policy.Name, RateRPS: cfg.Rate,
+		Source: source, Requests: pred.N, Predicted: metricsOf(pred), Policy: rc.Policy.Name, RateRPS: pred.Rate,
 		Estimate: "model", QualitySource: "priors", Note: whatIfNote,
 	}
 	if w.deps.Estimator != nil {

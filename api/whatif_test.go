@@ -1,7 +1,10 @@
 package api
 
 import (
+	"fmt"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/routebalance/routebalance/migrations/dbtest"
 )
@@ -20,6 +23,7 @@ func TestWhatIf(t *testing.T) {
 		cidB := mkCluster(t, e, tokB, "other")
 		for _, in := range []map[string]any{
 			{"base_url": "http://10.0.0.1:8000", "model": "small-1b", "gpu": "L4", "price_in_per_mtok": 0.05, "price_out_per_mtok": 0.1, "max_concurrency": 32, "quality_prior": 0.35},
+			{"base_url": "http://10.0.0.3:8000", "model": "small-1b", "gpu": "L4", "price_in_per_mtok": 0.05, "price_out_per_mtok": 0.1, "max_concurrency": 32, "quality_prior": 0.35},
 			{"base_url": "http://10.0.0.2:8000", "model": "big-70b", "gpu": "H100", "price_in_per_mtok": 2, "price_out_per_mtok": 6, "max_concurrency": 16, "quality_prior": 0.8},
 		} {
 			if r := e.do("POST", "/api/v1/clusters/"+cid+"/instances", tokA, in); r.status != 201 {
@@ -98,6 +102,44 @@ func TestWhatIf(t *testing.T) {
 					t.Errorf("%s: param %q, want %q", tc.name, p, tc.param)
 				}
 			}
+		}
+	})
+}
+
+// TestWhatIfRecent replays the tenant's own recent prompts once the
+// process remembers enough of them, and never another tenant's.
+func TestWhatIfRecent(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
+		e := newEnv(t, db, true, nil)
+		tidA, tokA := signupTok(e, "ra@example.com")
+		tidB, _ := signupTok(e, "rb@example.com")
+		cid := mkCluster(t, e, tokA, "prod")
+		if r := e.do("POST", "/api/v1/clusters/"+cid+"/instances", tokA, map[string]any{"base_url": "http://10.0.0.1:8000", "model": "m", "gpu": "L4", "max_concurrency": 8}); r.status != 201 {
+			t.Fatalf("create instance: %d %s", r.status, r.raw)
+		}
+		rec := newRecentRequests(100, 64)
+		e.srv.recent = rec
+		body := map[string]any{"weights": map[string]any{"quality": 1, "latency": 0, "cost": 0}}
+		path := "/api/v1/clusters/" + cid + "/whatif"
+		for i := range 30 {
+			rec.add(fmt.Sprintf("b%d", i), servedRequest{tenantID: tidB, model: "m", prompt: "other tenant"})
+		}
+		for i := range 19 {
+			rec.add(fmt.Sprintf("a%d", i), servedRequest{tenantID: tidA, model: "m", prompt: fmt.Sprintf("question %d about tax law", i)})
+		}
+		if r := e.do("POST", path, tokA, body); r.status != 200 || r.str("source") != "sample" {
+			t.Fatalf("19 recent prompts: %d source %q, want sample: %s", r.status, r.str("source"), r.raw)
+		}
+		rec.add("a19", servedRequest{tenantID: tidA, model: "m", prompt: "one more"})
+		r := e.do("POST", path, tokA, body)
+		if r.status != 200 || r.str("source") != "recent" {
+			t.Fatalf("20 recent prompts: %d source %q, want recent: %s", r.status, r.str("source"), r.raw)
+		}
+		if got := len(rec.tenantPrompts(tidA, 1000)); got != 20 {
+			t.Errorf("tenantPrompts = %d, want 20", got)
+		}
+		if got := rec.tenantPrompts(tidA, 2); !cmp.Equal(got, []string{"one more", "question 18 about tax law"}) {
+			t.Errorf("newest first: %q", got)
 		}
 	})
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/routebalance/routebalance/routing/latency"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/schedule"
+	"github.com/routebalance/routebalance/routing/sim"
 	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
@@ -436,6 +437,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Tracer: tracing.Provider()}
 	if knn != nil {
 		deps.Inference.Quality = knn // POST /v1/feedback teaches the index
+	}
+	// The what-if preview replays through a fresh Core with the same
+	// estimators, read-only (routing/sim.WhatIf).
+	deps.WhatIf = sim.WhatIfDeps{Latency: lat, Schedule: scfg}
+	if knn != nil {
+		deps.WhatIf.Estimator = knn
 	}
 
 	if cfg.metricsAddr == "" {

@@ -25,14 +25,20 @@ func NewWorldFrom(c routing.Cluster, tiers []vllmemu.Tier, lengths vllmemu.Outpu
 	if len(tiers) != len(c.Instances) {
 		return nil, fmt.Errorf("%d tiers for %d instances", len(tiers), len(c.Instances))
 	}
+	// One tier entry per instance: several instances of one model@gpu
+	// stay separate entries (a cluster file would merge them, so the file
+	// as a whole is not validated, only each tier and the lengths).
 	f := &vllmemu.ClusterFile{Name: c.ID, OutputLengths: lengths}
+	if err := f.OutputLengths.Validate(); err != nil {
+		return nil, err
+	}
 	for i := range tiers {
 		t := tiers[i]
 		t.Instances = 1
+		if err := t.Validate(); err != nil {
+			return nil, fmt.Errorf("instance %s: %w", c.Instances[i].ID, err)
+		}
 		f.Tiers = append(f.Tiers, t)
-	}
-	if err := f.Validate(); err != nil {
-		return nil, err
 	}
 	c.Instances = append([]routing.Instance(nil), c.Instances...)
 	w := &World{File: f, Cluster: c, Seed: 1}
@@ -102,25 +108,54 @@ func EngineTier(in routing.Instance, lat schedule.LatencyModel, defaultSeqs int)
 type WhatIfConfig struct {
 	// MaxRequests caps the replayed requests (default 300).
 	MaxRequests int
-	// Rate is the replay's arrival rate in req/s (default 4, Poisson).
+	// Rate is the replay's arrival rate in req/s (Poisson); 0 derives it
+	// from the world: Load × WorldCapacity.
 	Rate float64
+	// Load is the fraction of the world's estimated capacity the replay
+	// offers when Rate is 0 (default 0.5).
+	Load float64
 	// Timeout bounds one replay's wall-clock time (default 800ms).
 	Timeout time.Duration
 	// Seed fixes the prompt sample and arrivals (default 1).
 	Seed uint64
 }
 
-// DefaultWhatIfConfig returns 300 requests at 4 req/s within 800 ms.
+// DefaultWhatIfConfig returns 300 requests at half the world's capacity
+// within 800 ms.
 func DefaultWhatIfConfig() WhatIfConfig {
-	return WhatIfConfig{MaxRequests: 300, Rate: 4, Timeout: 800 * time.Millisecond, Seed: 1}
+	return WhatIfConfig{MaxRequests: 300, Load: 0.5, Timeout: 800 * time.Millisecond, Seed: 1}
 }
 
 // Validate reports settings that cannot run.
 func (c WhatIfConfig) Validate() error {
-	if c.MaxRequests <= 0 || !(c.Rate > 0) || math.IsInf(c.Rate, 0) || c.Timeout <= 0 {
-		return fmt.Errorf("what-if config: max requests, rate and timeout must be positive")
+	if c.MaxRequests <= 0 || c.Timeout <= 0 || !(c.Rate >= 0) || math.IsInf(c.Rate, 0) {
+		return fmt.Errorf("what-if config: max requests and timeout must be positive, rate >= 0")
+	}
+	if c.Rate == 0 && !(c.Load > 0 && c.Load <= 1) {
+		return fmt.Errorf("what-if config: load must be in (0, 1], got %v", c.Load)
 	}
 	return nil
+}
+
+// whatIfPromptTokens is the prompt size the capacity estimate assumes.
+const whatIfPromptTokens = 200
+
+// WorldCapacity estimates the request rate the world's engines sustain:
+// Σ over instances of max_num_seqs ÷ (L × TPOT(max_num_seqs/2) + TTFT
+// overhead + prefill of a 200-token prompt), with L the world model's
+// default median output length times the tier's verbosity.
+func WorldCapacity(w *World) float64 {
+	med := w.File.OutputLengths.MedianTokensByTask[vllmemu.DefaultTask]
+	var cap float64
+	for _, s := range w.specs {
+		t := s.Tier
+		l := med * max(t.Verbosity, 0.01)
+		per := l*t.TPOT(max(t.MaxNumSeqs/2, 1)).Seconds() + t.Overhead().Seconds() + t.Prefill(whatIfPromptTokens).Seconds()
+		if per > 0 {
+			cap += float64(t.MaxNumSeqs) / per
+		}
+	}
+	return cap
 }
 
 // WhatIfDeps are the live router's estimators, used read-only: the replay
@@ -180,8 +215,15 @@ func WhatIf(ctx context.Context, cfg WhatIfConfig, deps WhatIfDeps, w *World, it
 		return Cell{}, err
 	}
 	defer r.Close()
+	rate := cfg.Rate
+	if rate == 0 {
+		rate = cfg.Load * WorldCapacity(w)
+	}
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return Cell{}, fmt.Errorf("cannot derive an arrival rate for the cluster (capacity %v)", WorldCapacity(w))
+	}
 	run := Config{
-		Rate: cfg.Rate, Burstiness: 1, N: min(cfg.MaxRequests, max(len(items), 1)), Seed: cfg.Seed,
+		Rate: rate, Burstiness: 1, N: min(cfg.MaxRequests, max(len(items), 1)), Seed: cfg.Seed,
 		DecisionCost: 0, ScrapeInterval: 250 * time.Millisecond, EstimatedQuality: true,
 	}
 	if len(items) < cfg.MaxRequests && len(items) < 50 {
@@ -192,7 +234,7 @@ func WhatIf(ctx context.Context, cfg WhatIfConfig, deps WhatIfDeps, w *World, it
 		return Cell{}, err
 	}
 	c := Summarize(res, DefaultGoodput())
-	c.Policy, c.Weights, c.Rate = policy.Name, weights.String(), cfg.Rate
+	c.Policy, c.Weights, c.Rate = policy.Name, weights.String(), rate
 	return c, nil
 }
 

@@ -1,0 +1,99 @@
+package sim
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/infra/vllmemu/demoset"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/sim/workload"
+)
+
+// whatIfWorld is the reference cluster's registration (13 instances) with
+// engines derived from the default latency prior, and the demo prompts.
+func whatIfWorld(t testing.TB) (*World, []workload.Item) {
+	t.Helper()
+	ref := vllmemu.ReferenceCluster()
+	c := NewWorld(ref).Cluster
+	for i := range c.Instances {
+		// Dearer models are better, as in the reference world.
+		c.Instances[i].QualityPrior = 0.3 + 0.1*c.Instances[i].PriceOutPerMTok
+	}
+	var tiers []vllmemu.Tier
+	for _, in := range c.Instances {
+		tiers = append(tiers, EngineTier(in, nil, 64))
+	}
+	w, err := NewWorldFrom(c, tiers, ref.OutputLengths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := demoset.Items()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []workload.Item
+	for _, it := range ds {
+		items = append(items, workload.Item{ID: it.ID, Prompt: it.Prompt, Task: it.Task})
+	}
+	return w, items
+}
+
+func TestWhatIfCorners(t *testing.T) {
+	w, items := whatIfWorld(t)
+	cfg := DefaultWhatIfConfig()
+	cfg.Timeout = 1 << 40 // no wall-clock limit in tests
+	pol := routing.PolicyConfig{Name: "routebalance"}
+	q, err := WhatIf(context.Background(), cfg, WhatIfDeps{}, w, items, pol, routing.Weights{Quality: 0.8, Latency: 0.1, Cost: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := WhatIf(context.Background(), cfg, WhatIfDeps{}, w, items, pol, routing.Weights{Quality: 0.1, Latency: 0.1, Cost: 0.8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := min(300, len(items)); q.N != n || q.Completed != n || c.Completed != n {
+		t.Errorf("n/completed = %d/%d/%d, want %d", q.N, q.Completed, c.Completed, n)
+	}
+	if q.Quality < c.Quality || q.CostPerRequest < c.CostPerRequest {
+		t.Errorf("quality corner (q %.3f, $%.6f) vs cost corner (q %.3f, $%.6f)", q.Quality, q.CostPerRequest, c.Quality, c.CostPerRequest)
+	}
+	t.Logf("rate %.2f req/s; quality corner q=%.3f e2e=%.0fms p95=%.0fms $%.6f wall %.0fms; cost corner q=%.3f e2e=%.0fms p95=%.0fms $%.6f wall %.0fms",
+		q.Rate, q.Quality, q.MeanE2E*1e3, q.P95E2E*1e3, q.CostPerRequest, q.WallS*1e3, c.Quality, c.MeanE2E*1e3, c.P95E2E*1e3, c.CostPerRequest, c.WallS*1e3)
+	again, err := WhatIf(context.Background(), cfg, WhatIfDeps{}, w, items, pol, routing.Weights{Quality: 0.8, Latency: 0.1, Cost: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.WallS, q.WallS = 0, 0
+	again.DecisionMeanUs, again.DecisionP99Us, again.DecisionPerReqUs = q.DecisionMeanUs, q.DecisionP99Us, q.DecisionPerReqUs
+	if d := cmp.Diff(q, again); d != "" {
+		t.Errorf("replay not reproducible (-first +again):\n%s", d)
+	}
+}
+
+func TestEngineTierFromPrior(t *testing.T) {
+	tr := EngineTier(routing.Instance{Model: "m", GPU: "g", MaxConcurrency: 0, PriceInPerMTok: 1, PriceOutPerMTok: 2}, nil, 64)
+	if err := tr.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// latency.DefaultPrior: TPOT 40 ms + 0.6 ms per running sequence; TTFT
+	// 60 ms + 100 ms per 1000 prompt tokens.
+	want := vllmemu.Tier{Model: "m", GPU: "g", TensorParallel: 1, Instances: 1, TPOTMsLight: 40.6, TPOTLoadFactor: (40 + 0.6*64) / 40.6,
+		MaxNumSeqs: 64, TTFTOverheadMs: 60, PrefillMsPer1kPromptTokens: 100, PriceInPerMTok: 1, PriceOutPerMTok: 2, Verbosity: 1}
+	if d := cmp.Diff(want, tr, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); d != "" {
+		t.Errorf("tier (-want +got):\n%s", d)
+	}
+}
+
+func BenchmarkWhatIf(b *testing.B) {
+	w, items := whatIfWorld(b)
+	cfg := DefaultWhatIfConfig()
+	cfg.Timeout = 1 << 40
+	for b.Loop() {
+		if _, err := WhatIf(context.Background(), cfg, WhatIfDeps{}, w, items, routing.PolicyConfig{Name: "routebalance"}, routing.Weights{Quality: 0.6, Latency: 0.2, Cost: 0.2}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
