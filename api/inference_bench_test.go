@@ -1,12 +1,17 @@
 package api
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
+	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
 )
 
@@ -14,19 +19,27 @@ import (
 // straight to a loopback fake vLLM server with the same request sent
 // through RouteBalance (auth, parsing, the scheduler's Router, the proxy):
 // the difference of the two is the latency the service adds at light load.
+// The -traced variants run the same server with tracing on (the SDK with
+// its batch span processor over an exporter that discards), so their
+// difference to routed is the cost of the spans.
 //
 //	go test -run '^$' -bench InferenceOverhead -benchtime 2000x ./api/
 func BenchmarkInferenceOverhead(b *testing.B) {
 	up := vllmtest.New(b, vllmtest.Config{Model: "m", Tokens: 4})
 	e := newInfEnv(b, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
+	tr := telemetry.NewTracingWith(telemetry.TracingConfig{}, sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	traced := newInfEnv(b, envOpts{realRouter: true, tracer: tr.Provider(), instances: []tenants.Instance{inst("i1", up.URL, "m")}})
 	for _, bc := range []struct {
 		name, url, auth string
 		stream          bool
 	}{
 		{"direct", up.URL + "/v1/chat/completions", "", false},
 		{"routed", e.url + "/v1/chat/completions", "Bearer " + testKey, false},
+		{"routed-traced", traced.url + "/v1/chat/completions", "Bearer " + testKey, false},
 		{"direct-stream", up.URL + "/v1/chat/completions", "", true},
 		{"routed-stream", e.url + "/v1/chat/completions", "Bearer " + testKey, true},
+		{"routed-stream-traced", traced.url + "/v1/chat/completions", "Bearer " + testKey, true},
 	} {
 		body := `{"model":"m","messages":[{"role":"user","content":"hello there"}]}`
 		if bc.stream {

@@ -200,7 +200,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 		// The root span ends last, when the answer is known; a stream's
 		// goroutine takes it over with the rest of the exchange.
 		ctx = h.trace.extract(ctx, c)
-		ctx, x.root = h.trace.start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer))
+		ctx, x.root = h.trace.startServer(ctx, spanName)
 		if x.root.IsRecording() {
 			x.root.SetAttributes(attrRequestID.String(x.id))
 			c.Locals(localTraceID, x.root.SpanContext().TraceID().String())

@@ -253,6 +253,7 @@ type envOpts struct {
 	policy     string
 	spend      SpendGuard
 	tracer     trace.TracerProvider
+	logTo      io.Writer // the server's JSON log (default discarded)
 }
 
 func principal(tenantID string, instances []tenants.Instance) *tenants.Principal {
@@ -297,6 +298,9 @@ func newInfEnv(t testing.TB, o envOpts) *infEnv {
 		limit = 1 << 20
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if o.logTo != nil {
+		log = slog.New(slog.NewJSONHandler(o.logTo, nil))
+	}
 	s := New(Config{BodyLimit: limit, Inference: InferenceConfig{ClientCheckInterval: 20 * time.Millisecond}},
 		Deps{Log: log, Inference: deps})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -89,6 +89,16 @@ func (h headerCarrier) Get(key string) string { return strings.Clone(h.c.Get(key
 func (h headerCarrier) Set(string, string)    {}
 func (h headerCarrier) Keys() []string        { return []string{"traceparent", "tracestate"} }
 
+// startServer starts the request's root (server-kind) span; the option
+// is built only when tracing is on (a variadic option would allocate
+// even when off).
+func (t tracer) startServer(ctx context.Context, name string) (context.Context, trace.Span) {
+	if !t.on {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	return t.tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+}
+
 // startNow is start with the span's start time returned (zero when
 // tracing is off), for spans whose children are placed in time by hand.
 func (t tracer) startNow(ctx context.Context, name string) (context.Context, trace.Span, time.Time) {

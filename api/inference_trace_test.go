@@ -1,8 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +21,24 @@ import (
 	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
 )
+
+// lockedBuffer is a log sink safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
 
 // attrOf returns a span attribute's value, or an invalid Value.
 func attrOf(s sdktrace.ReadOnlySpan, k attribute.Key) attribute.Value {
@@ -64,7 +86,8 @@ func TestTracingSpanTree(t *testing.T) {
 			sr := tracetest.NewSpanRecorder()
 			tr := telemetry.NewTracingWith(telemetry.TracingConfig{}, sdktrace.WithSpanProcessor(sr))
 			up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 3})
-			e := newInfEnv(t, envOpts{realRouter: true, tracer: tr.Provider(), instances: []tenants.Instance{inst("i1", up.URL, "m")}})
+			logs := &lockedBuffer{}
+			e := newInfEnv(t, envOpts{realRouter: true, tracer: tr.Provider(), logTo: logs, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
 			var hdr map[string]string
 			if tc.parent != "" {
 				hdr = map[string]string{"traceparent": tc.parent}
@@ -139,6 +162,22 @@ func TestTracingSpanTree(t *testing.T) {
 				t.Errorf("root has a parent %v without a traceparent", rootSpan.Parent())
 			}
 
+			// The access log line carries the same request id and the trace id.
+			var logged []string
+			for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				var l struct {
+					Msg       string `json:"msg"`
+					RequestID string `json:"request_id"`
+					TraceID   string `json:"trace_id"`
+				}
+				if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "http request" {
+					logged = append(logged, l.RequestID+" "+l.TraceID)
+				}
+			}
+			if diff := cmp.Diff([]string{rid + " " + rootSpan.SpanContext().TraceID().String()}, logged); diff != "" {
+				t.Errorf("access log (-want +got):\n%s", diff)
+			}
+
 			named := map[string]sdktrace.ReadOnlySpan{}
 			for _, s := range spans {
 				named[s.Name()] = s
@@ -203,11 +242,15 @@ func TestTracingOffCostsNothing(t *testing.T) {
 		}
 		ctx := context.Background()
 		allocs := testing.AllocsPerRun(100, func() {
-			c, sp := tr.start(ctx, "route")
-			if sp.IsRecording() || c != ctx {
+			c, sp := tr.start(ctx, "auth")
+			c2, root := tr.startServer(ctx, "POST /v1/chat/completions")
+			c3, route, t0 := tr.startNow(ctx, "route")
+			if sp.IsRecording() || root.IsRecording() || route.IsRecording() || c != ctx || c2 != ctx || c3 != ctx || !t0.IsZero() {
 				t.Fatalf("%s: recording span", name)
 			}
 			sp.End()
+			root.End()
+			route.End()
 		})
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per span, want 0", name, allocs)
