@@ -662,8 +662,13 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 		m := v.model
 		L := c.lens[m]
 		b := max(1, v.running)
+		// The load with the request placed on the instance — the same
+		// Load the lease records and Release feeds to Observe, so the
+		// model learns TTFT at the features it is asked at (predicting at
+		// running while learning at running+1 biased TTFT̂ by the
+		// learned running slope).
 		ttft := v.lat.TTFT(routing.Load{
-			Running: v.running, Waiting: v.waiting + float64(v.queue), KVUsage: v.kv,
+			Running: v.running + 1, Waiting: v.waiting + float64(v.queue), KVUsage: v.kv,
 			PendingDecodeTokens: v.pending, PromptTokens: prompt,
 		})
 		wait := 0.0

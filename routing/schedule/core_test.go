@@ -11,6 +11,7 @@ import (
 
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/fleet"
+	"github.com/routebalance/routebalance/routing/latency"
 )
 
 // tableEstimator answers from per-prompt tables indexed by model name;
@@ -632,5 +633,34 @@ func TestReleaseObservesOnlyMeasuredTTFT(t *testing.T) {
 	want := []observed{{"big@h100", 0.2, 0.2}}
 	if diff := cmp.Diff(want, ol.got, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); diff != "" {
 		t.Errorf("observations (-want +got):\n%s", diff)
+	}
+}
+
+// TestTTFTLearnsAtPredictedLoad: with the real online latency model, an
+// instance whose every request sees TTFT 30 ms and TPOT 17.5 ms (the demo's
+// llama tier at time scale 0.5) must be predicted at 30 ms after a few
+// dozen sequential requests. Observing at one load and predicting at
+// another (running+1 vs running) left TTFT̂ ~45% high.
+func TestTTFTLearnsAtPredictedLoad(t *testing.T) {
+	c := &routing.Cluster{ID: "c", Version: 1, Instances: []routing.Instance{{ID: "a-0", Model: "a", GPU: "a30"}}}
+	lat, err := latency.New(latency.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := newCore(t, Config{}, Deps{Estimator: &tableEstimator{}, Latency: lat}, c)
+	const ttft, tpot = 30 * time.Millisecond, 17500 * time.Microsecond
+	now := t0
+	var last routing.Decision
+	for i := range 40 {
+		tk := assign(core, now, &routing.Request{ID: fmt.Sprint(i), Prompt: "q", PromptTokens: 20, Weights: routing.Weights{Quality: 1}})[0]
+		if tk.Err != nil {
+			t.Fatal(tk.Err)
+		}
+		last = tk.Decision
+		now = now.Add(time.Second)
+		core.Release(now, tk, routing.Outcome{PromptTokens: 20, OutputTokens: 11, TTFT: ttft, E2E: ttft + 10*tpot})
+	}
+	if r := float64(ttft) / float64(last.PredictedTTFT); r < 0.95 || r > 1.05 {
+		t.Errorf("observed/predicted TTFT after 39 observations = %.3f (TTFT̂ %v), want 1 ± 0.05", r, last.PredictedTTFT)
 	}
 }
