@@ -259,9 +259,9 @@ func (s *Server) whatif(c *fiber.Ctx) error {
 	cfg := w.cfg.Sim
 	cfg.MaxRequests = n
 	key := func(wt routing.Weights) string {
-		return fmt.Sprintf("%s|%s|%s|%v|%g|%g|%s|%d|%d|%.2f|%.2f|%.2f", tid, id, version.UTC().Format(time.RFC3339Nano),
-			rc.Policy.Name, rc.Policy.Threshold, rc.Policy.Slack, source, len(items), n, wt.Quality, wt.Latency, wt.Cost) +
-			fmt.Sprintf("|%g", rc.Policy.SwitchGain)
+		return fmt.Sprintf("%s|%s|%s|%d/%d|%v|%g|%g|%g|%s|%d|%d|%.2f|%.2f|%.2f", tid, id, version.UTC().Format(time.RFC3339Nano),
+			len(rc.Instances), len(ins), rc.Policy.Name, rc.Policy.Threshold, rc.Policy.Slack, rc.Policy.SwitchGain,
+			source, len(items), n, wt.Quality, wt.Latency, wt.Cost)
 	}
 	pred, err := w.run(ctx, key(*in.Weights), cfg, world, items, rc.Policy, *in.Weights)
 	if err != nil {

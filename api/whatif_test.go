@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -73,6 +74,25 @@ func TestWhatIf(t *testing.T) {
 		// The same question again is answered from the cache, identically.
 		if r2 := e.do("POST", path, tokA, map[string]any{"weights": q, "baseline_weights": c, "max_requests": 120}); r2.raw != rq.raw {
 			t.Errorf("repeat differs:\n%s\n%s", r2.raw, rq.raw)
+		}
+
+		// Deleting the big model is seen at once (not served from the cache).
+		var list struct {
+			Data []struct{ ID, Model string } `json:"data"`
+		}
+		if err := json.Unmarshal([]byte(e.do("GET", "/api/v1/clusters/"+cid+"/instances", tokA, nil).raw), &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range list.Data {
+			if in.Model == "big-70b" {
+				if r := e.do("DELETE", "/api/v1/clusters/"+cid+"/instances/"+in.ID, tokA, nil); r.status != 204 {
+					t.Fatalf("delete: %d %s", r.status, r.raw)
+				}
+			}
+		}
+		r3 := e.do("POST", path, tokA, map[string]any{"weights": q, "max_requests": 120})
+		if s3, _ := r3.body["predicted"].(map[string]any)["model_share"].(map[string]any); r3.status != 200 || s3["big-70b"] != nil {
+			t.Errorf("after deleting big-70b: %d %s", r3.status, r3.raw)
 		}
 
 		for _, tc := range []struct {
