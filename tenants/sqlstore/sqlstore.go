@@ -399,20 +399,7 @@ func (s *Store) CreateKey(ctx context.Context, k tenants.Key, hash string) error
 
 // Keys implements tenants.KeyStore.
 func (s *Store) Keys(ctx context.Context, tenantID string) ([]tenants.Key, error) {
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT "+keyCols+" FROM api_keys WHERE tenant_id = ? ORDER BY created_at, id"), tenantID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []tenants.Key{}
-	for rows.Next() {
-		k, err := scanKey(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, scanKey, "SELECT "+keyCols+" FROM api_keys WHERE tenant_id = ? ORDER BY created_at, id", tenantID)
 }
 
 // Key implements tenants.KeyStore.
@@ -497,20 +484,7 @@ func (s *Store) CreateCluster(ctx context.Context, c tenants.Cluster) error {
 
 // Clusters implements tenants.ClusterStore.
 func (s *Store) Clusters(ctx context.Context, tenantID string) ([]tenants.Cluster, error) {
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT "+clusterCols+" FROM clusters WHERE tenant_id = ? ORDER BY created_at, id"), tenantID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []tenants.Cluster{}
-	for rows.Next() {
-		c, err := scanCluster(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, scanCluster, "SELECT "+clusterCols+" FROM clusters WHERE tenant_id = ? ORDER BY created_at, id", tenantID)
 }
 
 // Cluster implements tenants.ClusterStore.
@@ -576,20 +550,7 @@ func (s *Store) CreateInstance(ctx context.Context, tenantID string, in tenants.
 
 // Instances implements tenants.InstanceStore.
 func (s *Store) Instances(ctx context.Context, tenantID, clusterID string) ([]tenants.Instance, error) {
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT "+instanceCols+" FROM instances WHERE tenant_id = ? AND cluster_id = ? ORDER BY created_at, id"), tenantID, clusterID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []tenants.Instance{}
-	for rows.Next() {
-		in, err := scanInstance(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, in)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, scanInstance, "SELECT "+instanceCols+" FROM instances WHERE tenant_id = ? AND cluster_id = ? ORDER BY created_at, id", tenantID, clusterID)
 }
 
 // Instance implements tenants.InstanceStore.
@@ -658,20 +619,11 @@ func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 // SealedInstanceKeys implements tenants.SealedKeyStore: every instance of
 // every tenant that has an upstream key, for key rotation.
 func (s *Store) SealedInstanceKeys(ctx context.Context) ([]tenants.SealedKey, error) {
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT tenant_id, cluster_id, id, api_key_sealed FROM instances WHERE api_key_sealed IS NOT NULL ORDER BY tenant_id, id"))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []tenants.SealedKey
-	for rows.Next() {
+	return queryAll(ctx, s, func(row interface{ Scan(...any) error }) (tenants.SealedKey, error) {
 		var k tenants.SealedKey
-		if err := rows.Scan(&k.TenantID, &k.ClusterID, &k.InstanceID, &k.Sealed); err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+		err := row.Scan(&k.TenantID, &k.ClusterID, &k.InstanceID, &k.Sealed)
+		return k, err
+	}, "SELECT tenant_id, cluster_id, id, api_key_sealed FROM instances WHERE api_key_sealed IS NOT NULL ORDER BY tenant_id, id")
 }
 
 // ReplaceSealedInstanceKey implements tenants.SealedKeyStore: it writes
@@ -685,4 +637,23 @@ func (s *Store) ReplaceSealedInstanceKey(ctx context.Context, k tenants.SealedKe
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+// queryAll runs a query and scans every row with scan; no rows is an empty,
+// non-nil slice (lists encode as [] rather than null).
+func queryAll[T any](ctx context.Context, s *Store, scan func(interface{ Scan(...any) error }) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
