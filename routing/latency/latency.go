@@ -185,7 +185,8 @@ func (m *Models) TTFT(tier string, l routing.Load) float64 { return m.Tier(tier)
 // Observe folds one measurement into tier's analytic models: tpot and
 // ttft in seconds, as observed for a request dispatched at load l. A
 // non-positive or non-finite value is skipped (e.g. tpot of a one-token
-// answer).
+// answer), so Observe(tier, l, tpot, 0) is a TPOT-only observation (the
+// scheduler's non-streamed answers, which measure no first token).
 func (m *Models) Observe(tier string, l routing.Load, tpot, ttft float64) {
 	m.Tier(tier).Observe(l, tpot, ttft)
 }

@@ -69,6 +69,22 @@ func TestObserveSkipsBadValues(t *testing.T) {
 	}
 }
 
+// TestObserveTPOTOnly: ttft 0 is "not observed" (the scheduler's
+// non-streamed answers): TPOT learns, TTFT's coefficients stay put.
+func TestObserveTPOTOnly(t *testing.T) {
+	m, _ := New(Config{})
+	l := routing.Load{Running: 2, PromptTokens: 300}
+	before := m.Tier("a@b").Coefficients()
+	m.Observe("a@b", l, 0.015, 0)
+	after := m.Tier("a@b").Coefficients()
+	if diff := cmp.Diff(before.TTFT, after.TTFT); diff != "" {
+		t.Errorf("TTFT coefficients moved on a TPOT-only observation (-before +after):\n%s", diff)
+	}
+	if before.TPOT == after.TPOT {
+		t.Error("TPOT coefficients did not move on a TPOT-only observation")
+	}
+}
+
 func TestLightPriorMatchesClusterFormula(t *testing.T) {
 	// tpot(b) = light·(1 + (f−1)·b/S) for b ≤ S.
 	m, _ := New(Config{})

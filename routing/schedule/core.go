@@ -876,12 +876,37 @@ func (c *Core) Release(now time.Time, t *Ticket, o routing.Outcome) {
 	if lo, ok := c.deps.Estimator.(LengthObserver); ok && o.OutputTokens > 0 {
 		lo.ObserveLength(t.Req.Prompt, t.Decision.Instance.Model, o.OutputTokens)
 	}
-	// Only a streamed answer observed its first token (o.TTFT > 0); a
-	// non-streamed one's E2E mixes prefill and decode and teaches neither.
-	if lo, ok := c.deps.Latency.(LatencyObserver); ok && o.OutputTokens > 1 && o.TTFT > 0 && o.E2E > o.TTFT {
-		tpot := (o.E2E - o.TTFT).Seconds() / float64(o.OutputTokens-1)
-		lo.Observe(t.Decision.Instance.Tier(), t.spec.Load, tpot, o.TTFT.Seconds())
+	if lo, ok := c.deps.Latency.(LatencyObserver); ok {
+		if tpot, ttft, ok := latencySample(o, t.spec.TTFT); ok {
+			lo.Observe(t.Decision.Instance.Tier(), t.spec.Load, tpot, ttft)
+		}
 	}
+}
+
+// latencySample splits a successful outcome into the TPOT and TTFT (in
+// seconds) to teach the latency model; ttft 0 means "TTFT not observed",
+// which Observe skips. A streamed answer (o.TTFT > 0) measured both:
+// tpot = (E2E − TTFT)/(tokens − 1). A non-streamed one measured only E2E,
+// which mixes prefill and decode: its TPOT is estimated with the TTFT̂
+// the lease was dispatched with, tpot = (E2E − ttftHat)/(tokens − 1), and
+// TTFT learns nothing (using TTFT̂ as a sample would only confirm the
+// model). Both need ≥ 2 output tokens and a positive, finite TPOT.
+func latencySample(o routing.Outcome, ttftHat time.Duration) (tpot, ttft float64, ok bool) {
+	if o.OutputTokens < 2 {
+		return 0, 0, false
+	}
+	first := o.TTFT
+	if first <= 0 {
+		first = ttftHat
+	}
+	tpot = (o.E2E - first).Seconds() / float64(o.OutputTokens-1)
+	if !(tpot > 0) || math.IsInf(tpot, 0) {
+		return 0, 0, false
+	}
+	if o.TTFT > 0 {
+		ttft = o.TTFT.Seconds()
+	}
+	return tpot, ttft, true
 }
 
 // busy reports whether any request is admitted or queued.

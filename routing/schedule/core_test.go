@@ -613,26 +613,68 @@ func (l *observingLatency) Observe(tier string, _ routing.Load, tpot, ttft float
 	l.got = append(l.got, observed{tier, tpot, ttft})
 }
 
-// TestReleaseObservesOnlyMeasuredTTFT: a non-streamed outcome (TTFT 0: no
-// first token seen apart from the whole answer) must not reach the latency
-// model, whose TTFT and TPOT would otherwise absorb a whole answer's time;
-// a streamed one splits E2E into TTFT and (E2E−TTFT)/(tokens−1).
-func TestReleaseObservesOnlyMeasuredTTFT(t *testing.T) {
+// TestReleaseObservations: a streamed outcome splits E2E into TTFT and
+// (E2E−TTFT)/(tokens−1); a non-streamed one (TTFT 0: no first token seen
+// apart from the whole answer) teaches TPOT only, from the TTFT̂ the lease
+// was dispatched with (0.2 s on big), and never TTFT; one-token, failed and
+// non-positive-TPOT outcomes teach nothing.
+func TestReleaseObservations(t *testing.T) {
 	c, est, lat := twoTier()
 	ol := &observingLatency{tierLatency: lat}
 	core := newCore(t, Config{}, Deps{Estimator: est, Latency: ol}, c)
 	for _, o := range []routing.Outcome{
-		{OutputTokens: 5, E2E: time.Second},                                   // non-streamed
+		{OutputTokens: 5, E2E: time.Second},                                   // non-streamed: (1 − 0.2)/4
 		{OutputTokens: 5, E2E: time.Second, TTFT: 200 * time.Millisecond},     // streamed
 		{OutputTokens: 1, E2E: time.Second, TTFT: 900 * time.Millisecond},     // one token: no TPOT
+		{OutputTokens: 1, E2E: time.Second},                                   // non-streamed, one token
+		{OutputTokens: 5, E2E: 150 * time.Millisecond},                        // non-streamed, E2E < TTFT̂
 		{OutputTokens: 5, E2E: time.Second, Err: fmt.Errorf("upstream died")}, // failed
 	} {
 		tk := assign(core, t0, &routing.Request{ID: "r", Prompt: "q", PromptTokens: 10, Weights: routing.Weights{Quality: 1}})[0]
 		core.Release(t0.Add(time.Second), tk, o)
 	}
-	want := []observed{{"big@h100", 0.2, 0.2}}
+	want := []observed{{"big@h100", 0.2, 0}, {"big@h100", 0.2, 0.2}}
 	if diff := cmp.Diff(want, ol.got, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); diff != "" {
 		t.Errorf("observations (-want +got):\n%s", diff)
+	}
+}
+
+// TestNonStreamedLearnsTPOT: with the real online latency model, a run of
+// non-streamed answers (E2E only) from an instance whose true TTFT is 30 ms
+// and TPOT 15 ms moves TPOT̂ from its prior (40.6 ms at one running
+// sequence, ratio 0.37) to the truth, and leaves TTFT̂ exactly where it
+// was. The TPOT samples are biased by (TTFT − TTFT̂)/(tokens − 1) =
+// (30 − 63 ms)/99 = −0.33 ms (−2.2%), since TTFT̂ never learns from them;
+// the tolerance ±5% covers that bias plus the prior's residual weight
+// after 60 observations.
+func TestNonStreamedLearnsTPOT(t *testing.T) {
+	c := &routing.Cluster{ID: "c", Version: 1, Instances: []routing.Instance{{ID: "a-0", Model: "a", GPU: "a30"}}}
+	lat, err := latency.New(latency.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := newCore(t, Config{}, Deps{Estimator: &tableEstimator{}, Latency: lat}, c)
+	const ttft, tpot, tokens = 30 * time.Millisecond, 15 * time.Millisecond, 100
+	at := routing.Load{Running: 1, PromptTokens: 20} // what each sequential request's lease records
+	ratio := func() float64 { return tpot.Seconds() / lat.TPOT("a@a30", at) }
+	if r := ratio(); r > 0.5 {
+		t.Fatalf("prior TPOT̂ too close to the truth for the test to mean anything: observed/predicted %.3f", r)
+	}
+	ttftBefore := lat.TTFT("a@a30", at)
+	now := t0
+	for i := range 60 {
+		tk := assign(core, now, &routing.Request{ID: fmt.Sprint(i), Prompt: "q", PromptTokens: 20, Weights: routing.Weights{Quality: 1}})[0]
+		if tk.Err != nil {
+			t.Fatal(tk.Err)
+		}
+		now = now.Add(2 * time.Second)
+		core.Release(now, tk, routing.Outcome{PromptTokens: 20, OutputTokens: tokens, E2E: ttft + (tokens-1)*tpot})
+	}
+	if r := ratio(); r < 0.95 || r > 1.05 {
+		t.Errorf("observed/predicted TPOT after 60 non-streamed answers = %.3f (TPOT̂ %.4f s), want 1 ± 0.05", r, lat.TPOT("a@a30", at))
+	}
+	if got := lat.TTFT("a@a30", at); got != ttftBefore {
+		t.Errorf("TTFT̂ moved on non-streamed answers: %.6f -> %.6f s", ttftBefore, got)
 	}
 }
 
