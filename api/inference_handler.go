@@ -326,11 +326,14 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 				Endpoint: ep, Body: body.fields, Stream: body.stream, IncludeUsage: body.includeUsage,
 				MaxTokens: a.MaxTokens, BudgetUSD: budget, PromptTokens: body.promptTokens, RequestID: x.id,
 			}
-			_, usp = h.trace.start(ctx, "upstream")
+			// The upstream span's context goes to Open, so the
+			// instance's traceparent names it as the parent.
+			var uctx context.Context
+			uctx, usp = h.trace.start(ctx, "upstream")
 			if usp.IsRecording() {
 				usp.SetAttributes(attrInstance.String(a.Instance.ID), attrStream.Bool(body.stream))
 			}
-			resp, err = h.proxy.Open(ctx, &a.Instance, call)
+			resp, err = h.proxy.Open(uctx, &a.Instance, call)
 			if err == nil {
 				break
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -188,6 +189,15 @@ func TestTracingSpanTree(t *testing.T) {
 			}
 			if attrOf(upstream, attrOutputTokens).AsInt64() != 3 || attrOf(upstream, attrResult).AsString() != "ok" {
 				t.Errorf("upstream attributes %v", upstream.Attributes())
+			}
+			// The instance joined the trace as a child of the upstream span.
+			var sent []string
+			for _, r := range up.Requests() {
+				sent = append(sent, r.Header.Values("Traceparent")...)
+			}
+			wantTP := fmt.Sprintf("00-%s-%s-01", upstream.SpanContext().TraceID(), upstream.SpanContext().SpanID())
+			if diff := cmp.Diff([]string{wantTP}, sent); diff != "" {
+				t.Errorf("traceparent sent upstream (-want +got):\n%s", diff)
 			}
 			// The derived phases tile the route span in order.
 			bw, est, sc := named["batch wait"], named["estimate"], named["score"]

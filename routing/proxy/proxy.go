@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/routebalance/routebalance/routing"
 )
 
@@ -164,6 +166,12 @@ type Deps struct {
 	// (serve passes tenants.EndpointPolicy.DialControl, so DNS rebinding
 	// cannot reach a refused address). Unused with Transport.
 	Control func(network, address string, c syscall.RawConn) error
+	// Propagator writes the trace context of Open's ctx into the upstream
+	// request's headers, so an instance that traces joins the request's
+	// trace (default W3C TraceContext: traceparent/tracestate, nothing
+	// when ctx carries no valid span). An empty
+	// propagation.NewCompositeTextMapPropagator() turns it off.
+	Propagator propagation.TextMapPropagator
 }
 
 // Proxy is the upstream client. It is safe for concurrent use; one Proxy
@@ -173,6 +181,7 @@ type Proxy struct {
 	log    *slog.Logger
 	clock  routing.Clock
 	client *http.Client
+	prop   propagation.TextMapPropagator
 }
 
 // New returns a Proxy with a transport tuned for many long-lived streams
@@ -187,6 +196,9 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}
 	if deps.Clock == nil {
 		deps.Clock = routing.WallClock{}
+	}
+	if deps.Propagator == nil {
+		deps.Propagator = propagation.TraceContext{}
 	}
 	rt := deps.Transport
 	if rt == nil {
@@ -213,7 +225,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 			return http.ErrUseLastResponse // an instance does not redirect inference calls
 		},
 	}
-	return &Proxy{cfg: cfg, log: deps.Log, clock: deps.Clock, client: client}, nil
+	return &Proxy{cfg: cfg, log: deps.Log, clock: deps.Clock, client: client, prop: deps.Propagator}, nil
 }
 
 // Close drops idle upstream connections.
@@ -325,6 +337,7 @@ func (p *Proxy) Open(ctx context.Context, in *routing.Instance, call *Call) (*Re
 	if call.RequestID != "" {
 		req.Header.Set("X-Request-Id", call.RequestID)
 	}
+	p.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	start := p.clock.Now()
 	resp, err := p.client.Do(req)
 	if err != nil {

@@ -54,7 +54,9 @@ type Config struct {
 type Request struct {
 	Path          string
 	Authorization string
-	Body          map[string]any
+	// Header is a copy of all the request's headers.
+	Header http.Header
+	Body   map[string]any
 }
 
 // Server is a running fake vLLM server.
@@ -168,7 +170,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	s.mu.Lock()
-	s.reqs = append(s.reqs, Request{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"), Body: body})
+	s.reqs = append(s.reqs, Request{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"), Header: r.Header.Clone(), Body: body})
 	s.mu.Unlock()
 	select {
 	case s.arrived <- struct{}{}:
