@@ -28,9 +28,9 @@ func runEstimate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	modelsFile := fs.String("models", "", "model prices (LLMRouter models.json, a cluster file, or {model:{input_price,output_price}}); default: models.json beside --data when present")
 	batch := fs.Int("batch", 32, "prompts per estimator call")
 	search := fs.String("search", "auto", "search structure: auto, exact, twostage, hnsw, or qdrant (the collection recorded by index build --qdrant-url)")
-	k := fs.Int("k", 10, "neighbours")
-	shrink := fs.Float64("shrink", 3, "pull q̂ towards each model's index-wide mean with this many pseudo-neighbours (negative: off)")
-	simPower := fs.Float64("sim-power", 1, "similarity weight exponent")
+	k := fs.Int("k", 30, "neighbours")
+	shrink := fs.Float64("shrink", 1, "pull q̂ towards each model's index-wide mean with this many pseudo-neighbours (negative: off)")
+	simPower := fs.Float64("sim-power", 2, "similarity weight exponent")
 	embURL := fs.String("embedder-url", "", "override the embedding server URL recorded in an openai index")
 	if err := fs.Parse(args); err != nil {
 		return usageErr(err)

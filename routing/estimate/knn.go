@@ -18,15 +18,16 @@ import (
 // Config tunes the KNN estimator. The zero value of a field means its
 // default.
 type Config struct {
-	// K is the number of neighbours (default 10).
+	// K is the number of neighbours (default 30, chosen on a validation
+	// split of the LLMRouter train part — see README).
 	K int
 	// SimPower sharpens the similarity weights: w = max(sim, 0)^SimPower
-	// (default 1).
+	// (default 2, chosen with K and Shrink).
 	SimPower float64
 	// Shrink pulls the neighbours' quality mean towards the model's mean
 	// over the whole index: q̂ = (Σ wᵢ qᵢ + Shrink·q̄) / (Σ wᵢ + Shrink),
-	// in units of one fully similar neighbour (default 3, measured on the
-	// LLMRouter split — see README; a negative value disables it).
+	// in units of one fully similar neighbour (default 1, chosen with K and
+	// SimPower; a negative value disables it).
 	Shrink float64
 	// DefaultPrior is the quality used for a model without labels when the
 	// caller passes no prior for it (default 0.5).
@@ -71,13 +72,13 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.K == 0 {
-		c.K = 10
+		c.K = 30
 	}
 	if c.Shrink == 0 {
-		c.Shrink = 3
+		c.Shrink = 1
 	}
 	if c.SimPower == 0 {
-		c.SimPower = 1
+		c.SimPower = 2
 	}
 	if c.DefaultPrior == 0 {
 		c.DefaultPrior = 0.5
