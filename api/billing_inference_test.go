@@ -23,17 +23,7 @@ import (
 // naming the budget that was hit, without reaching the router.
 func TestInferenceSpendCap(t *testing.T) {
 	store := billingSQLite(t)
-	guard := billing.NewGuard(nil, time.Hour)
-	cfg := billing.DefaultConfig()
-	cfg.SpillDir = t.TempDir()
-	m, err := billing.NewMeter(cfg, store, guard, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	m, guard := runMeter(t, store)
 
 	over := principal("t1", []tenants.Instance{inst("i1", "http://127.0.0.1:1", "m")})
 	over.Settings.SLO.MonthlyBudgetUSD = 2

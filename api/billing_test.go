@@ -55,11 +55,10 @@ func doJSON(t *testing.T, app *fiber.App, method, path, tenant string, out any) 
 	return resp.StatusCode
 }
 
-// TestSpendCapIs402 meters real events (SQLite ledger) past a tenant and a
-// key budget and checks the guard's refusal maps to 402 in OpenAI's
-// envelope, naming the budget that was hit.
-func TestSpendCapIs402(t *testing.T) {
-	store := billingSQLite(t)
+// runMeter starts a real meter over store with a fresh guard; it stops
+// (flushing) when the test ends.
+func runMeter(t *testing.T, store billing.Ledger) (*billing.Meter, *billing.Guard) {
+	t.Helper()
 	guard := billing.NewGuard(nil, time.Hour)
 	cfg := billing.DefaultConfig()
 	cfg.SpillDir = t.TempDir()
@@ -70,7 +69,16 @@ func TestSpendCapIs402(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+	return m, guard
+}
+
+// TestSpendCapIs402 meters real events (SQLite ledger) past a tenant and a
+// key budget and checks the guard's refusal maps to 402 in OpenAI's
+// envelope, naming the budget that was hit.
+func TestSpendCapIs402(t *testing.T) {
+	store := billingSQLite(t)
+	m, guard := runMeter(t, store)
 	for i := range 4 { // $4 on key k1, $1 on k2
 		key := "k1"
 		if i == 3 {
