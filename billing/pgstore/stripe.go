@@ -143,8 +143,10 @@ func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref bi
 // yet aggregated into outbox rows, one per tenant and hour, in one
 // transaction. A (tenant, hour) that already has outbox rows gets a new
 // one with the next seq for the late rows. unitUSD converts billed USD to
-// the integer meter value. It returns the number of outbox rows created.
-func (s *Store) Aggregate(ctx context.Context, cutoff time.Time, unitUSD float64) (int, error) {
+// the integer meter value. New rows are created at, and first due at, now
+// (the caller's clock, never the database's). It returns the number of
+// outbox rows created.
+func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD float64) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		n = 0
@@ -175,9 +177,9 @@ func (s *Store) Aggregate(ctx context.Context, cutoff time.Time, unitUSD float64
 				return err
 			}
 			var id int64
-			if err := tx.QueryRow(ctx, `INSERT INTO billing_outbox (tenant_id, hour, seq, identifier, requests, tokens, billed_usd, value)
-				VALUES ($1, $2, $3, $4, 0, 0, 0, 0) RETURNING id`,
-				g.tenant, g.hour, seq, billing.OutboxIdentifier(g.tenant, g.hour, seq)).Scan(&id); err != nil {
+			if err := tx.QueryRow(ctx, `INSERT INTO billing_outbox (tenant_id, hour, seq, identifier, requests, tokens, billed_usd, value,
+				created_at, next_attempt_at) VALUES ($1, $2, $3, $4, 0, 0, 0, 0, $5, $5) RETURNING id`,
+				g.tenant, g.hour, seq, billing.OutboxIdentifier(g.tenant, g.hour, seq), now).Scan(&id); err != nil {
 				return err
 			}
 			// Mark first, then sum what was marked: a row committed by the

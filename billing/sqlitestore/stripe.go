@@ -156,8 +156,9 @@ func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref bi
 // Aggregate moves the ledger rows that finished before cutoff and are not
 // yet aggregated into outbox rows, one per tenant and hour, in one
 // transaction; a (tenant, hour) already in the outbox gets a new row with
-// the next seq for the late rows. It returns the outbox rows created.
-func (s *Store) Aggregate(ctx context.Context, cutoff time.Time, unitUSD float64) (int, error) {
+// the next seq for the late rows. New rows are created at, and first due
+// at, now (the caller's clock). It returns the outbox rows created.
+func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD float64) (int, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("billing sqlitestore: aggregate: %w", err)
@@ -198,8 +199,8 @@ func (s *Store) Aggregate(ctx context.Context, cutoff time.Time, unitUSD float64
 			return 0, fmt.Errorf("billing sqlitestore: aggregate: %w", err)
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO billing_outbox (tenant_id, hour_ms, seq, identifier, requests, tokens,
-			billed_usd, value, created_ms) VALUES (?, ?, ?, ?, 0, 0, 0, 0, ?)`,
-			g.tenant, g.hour, seq, billing.OutboxIdentifier(g.tenant, fromMs(g.hour), seq), nowMs())
+			billed_usd, value, created_ms, next_attempt_ms) VALUES (?, ?, ?, ?, 0, 0, 0, 0, ?, ?)`,
+			g.tenant, g.hour, seq, billing.OutboxIdentifier(g.tenant, fromMs(g.hour), seq), toMs(now), toMs(now))
 		if err != nil {
 			return 0, fmt.Errorf("billing sqlitestore: aggregate: %w", err)
 		}

@@ -30,7 +30,10 @@ type AccountStore interface {
 
 // OutboxStore is the meter-event outbox.
 type OutboxStore interface {
-	Aggregate(ctx context.Context, cutoff time.Time, unitUSD float64) (int, error)
+	// Aggregate stamps the rows it creates with now (created and first
+	// due), so the injected clock, not the database's, decides when they
+	// are sent.
+	Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD float64) (int, error)
 	PendingOutbox(ctx context.Context, now time.Time, limit int) ([]billing.OutboxItem, error)
 	MarkSent(ctx context.Context, id int64, at time.Time) error
 	MarkFailed(ctx context.Context, id int64, msg string, next time.Time) error
@@ -375,7 +378,8 @@ func stale(a *billing.Account, at time.Time) bool {
 // AggregateOnce moves every closed hour (before the start of the current
 // hour) of unaggregated usage into the outbox; it returns the rows made.
 func (s *Syncer) AggregateOnce(ctx context.Context) (int, error) {
-	return s.d.Outbox.Aggregate(ctx, s.d.Clock.Now().UTC().Truncate(time.Hour), s.cfg.UnitUSD)
+	now := s.d.Clock.Now().UTC()
+	return s.d.Outbox.Aggregate(ctx, now.Truncate(time.Hour), now, s.cfg.UnitUSD)
 }
 
 // DrainOnce sends every due outbox row to Stripe as a billing meter event
