@@ -253,8 +253,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 		}
 		cl, ok := p.RoutingCluster()
 		if !ok {
-			return sendError(c, http.StatusBadRequest, typeInvalidRequest, "no_cluster", "",
-				"this API key's tenant has no cluster; register one with POST /api/v1/clusters")
+			return sendError(c, http.StatusBadRequest, typeInvalidRequest, "no_cluster", "", p.NoClusterReason())
 		}
 		x.cluster = cl
 		if x.root.IsRecording() {

@@ -33,13 +33,19 @@ type ConnectionReport struct {
 // TestConnection checks that a vLLM-compatible server answers at baseURL:
 // GET /health and GET /v1/models (with apiKey as a bearer token when
 // given). The URL passes the endpoint policy first, and the dialer enforces
-// it again on the address actually connected (redirects and DNS rebinding
-// included). Each probe is bounded by 5 s; failures are reported in the
+// it again on the address actually connected (DNS rebinding included).
+// Redirects are not followed: a 3xx is reported as a failed probe, so the
+// key is sent to the registered host:port only. Each probe is bounded by 5 s; failures are reported in the
 // result, not as an error, except a URL the policy refuses.
 func (s *Service) TestConnection(ctx context.Context, baseURL, apiKey string) (ConnectionReport, error) {
 	u, err := s.endpoints.CheckURL(ctx, "base_url", baseURL)
 	if err != nil {
 		return ConnectionReport{}, err
+	}
+	if apiKey != "" {
+		if err := checkUpstreamKey("api_key", apiKey); err != nil {
+			return ConnectionReport{}, err
+		}
 	}
 	client := s.probeClient()
 	defer client.CloseIdleConnections()
@@ -64,6 +70,8 @@ func (s *Service) TestConnection(ctx context.Context, baseURL, apiKey string) (C
 		r := ProbeResult{Status: resp.StatusCode, OK: resp.StatusCode == http.StatusOK}
 		if err != nil {
 			r.OK, r.Error = false, err.Error()
+		} else if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			r.Error = fmt.Sprintf("%s answered %d (a redirect to %q; redirects are not followed, register the final URL)", path, resp.StatusCode, resp.Header.Get("Location"))
 		} else if !r.OK {
 			r.Error = fmt.Sprintf("%s answered %d", path, resp.StatusCode)
 		}
@@ -97,11 +105,9 @@ func (s *Service) probeClient() *http.Client {
 	d := &net.Dialer{Timeout: 3 * time.Second, Control: s.endpoints.DialControl}
 	return &http.Client{
 		Transport: &http.Transport{DialContext: d.DialContext, Proxy: nil, TLSHandshakeTimeout: 3 * time.Second, MaxIdleConns: 2},
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= 3 {
-				return http.ErrUseLastResponse
-			}
-			return nil
-		},
+		// Redirects are never followed (the proxy refuses them too): the
+		// upstream key must reach only the host:port the tenant registered,
+		// and a redirect is not what routing would get either.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }

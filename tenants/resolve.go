@@ -150,6 +150,7 @@ func (s *Service) loadPrincipal(ctx context.Context, hash string) (*Principal, e
 		if len(cs) == 1 {
 			clusterID = cs[0].ID
 		}
+		p.UnchosenClusters = len(cs)
 	}
 	if clusterID != "" {
 		c, err := s.store.Cluster(ctx, k.TenantID, clusterID)

@@ -164,6 +164,9 @@ func normaliseEmail(raw string) (string, error) {
 }
 
 func checkName(field, name string, required bool) (string, error) {
+	if err := checkNoControl(field, name); err != nil {
+		return "", err
+	}
 	name = strings.TrimSpace(name)
 	if name == "" && required {
 		return "", fieldErr(field, "is required")
@@ -636,6 +639,9 @@ func (s *Service) applyInstance(ctx context.Context, in *Instance, p InstanceInp
 		in.BaseURL = u
 	}
 	if p.Model != nil {
+		if err := checkNoControl("model", *p.Model); err != nil {
+			return err
+		}
 		m := strings.TrimSpace(*p.Model)
 		if m == "" || len(m) > 256 || m == "auto" {
 			return fieldErr("model", "must be the served model name (1–256 characters, not \"auto\")")
@@ -643,9 +649,9 @@ func (s *Service) applyInstance(ctx context.Context, in *Instance, p InstanceInp
 		in.Model = m
 	}
 	if p.GPU != nil {
-		g := strings.TrimSpace(*p.GPU)
-		if len(g) > 64 {
-			return fieldErr("gpu", "must be at most 64 characters")
+		g, err := checkText("gpu", *p.GPU, 64)
+		if err != nil {
+			return err
 		}
 		in.GPU = g
 	}
@@ -663,8 +669,8 @@ func (s *Service) applyInstance(ctx context.Context, in *Instance, p InstanceInp
 		if f.v == nil {
 			continue
 		}
-		if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) || *f.v < 0 {
-			return fieldErr(f.name, "must be a price >= 0 in USD per million tokens, got %v", *f.v)
+		if err := checkPrice(f.name, *f.v); err != nil {
+			return err
 		}
 		*f.dst = *f.v
 	}
@@ -690,6 +696,9 @@ func (s *Service) applyInstance(ctx context.Context, in *Instance, p InstanceInp
 		} else {
 			if len(*p.APIKey) > 4096 {
 				return fieldErr("api_key", "must be at most 4096 bytes")
+			}
+			if err := checkUpstreamKey("api_key", *p.APIKey); err != nil {
+				return err
 			}
 			sealed, err := s.sealer.Seal(*p.APIKey, in.ID)
 			if err != nil {

@@ -8,6 +8,7 @@ package tenants
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/routebalance/routebalance/routing"
@@ -132,8 +133,12 @@ type Instance struct {
 type Principal struct {
 	Tenant    Tenant
 	Key       Key
-	Cluster   *Cluster   // nil when the tenant has no cluster
+	Cluster   *Cluster   // nil when the tenant has no cluster, or several and none chosen
 	Instances []Instance // the cluster's instances
+	// UnchosenClusters is, when Cluster is nil, how many clusters the
+	// tenant has: 0, or more than one with neither the key bound to one nor
+	// a default_cluster_id (see NoClusterReason).
+	UnchosenClusters int
 	// Version changes when the cluster, its instances or the settings change.
 	Version int64
 	// Settings are the effective defaults: the key's preset, weights, SLO
@@ -151,6 +156,16 @@ func (p *Principal) RoutingCluster() (c *routing.Cluster, ok bool) {
 		return p.routing, true
 	}
 	return p.buildRoutingCluster()
+}
+
+// NoClusterReason says why a principal without a cluster cannot route, and
+// how to fix it: register a cluster, or choose one of several.
+func (p *Principal) NoClusterReason() string {
+	if p.UnchosenClusters > 1 {
+		return fmt.Sprintf("this API key's tenant has %d clusters and none is chosen: bind the key to one "+
+			"(PATCH /api/v1/keys/{id} {\"cluster_id\"}) or set a default (PUT /api/v1/settings {\"default_cluster_id\"})", p.UnchosenClusters)
+	}
+	return "this API key's tenant has no cluster; register one with POST /api/v1/clusters"
 }
 
 // Routing converts in to the scheduler's instance value.
