@@ -67,6 +67,37 @@ type Tier struct {
 	// MaxModelLen is the context length (prompt + output) in tokens; 0
 	// means DefaultMaxModelLen.
 	MaxModelLen int `json:"max_model_len,omitempty"`
+	// Kind is what the tier's model serves: KindChat ("" means chat) for
+	// generation (chat/completions/responses), KindEmbedding for
+	// /v1/embeddings only.
+	Kind string `json:"kind,omitempty"`
+	// Dimensions is the vector size of an embedding tier; 0 means
+	// DefaultEmbeddingDimensions. Only embedding tiers may set it.
+	Dimensions int `json:"dimensions,omitempty"`
+}
+
+// The kinds of model a tier serves.
+const (
+	// KindChat is a generative model: chat completions, completions and
+	// responses.
+	KindChat = "chat"
+	// KindEmbedding is an embedding (pooling) model: /v1/embeddings only.
+	KindEmbedding = "embedding"
+)
+
+// DefaultEmbeddingDimensions is the vector size of an embedding tier that
+// does not set dimensions (all-MiniLM-L6-v2's).
+const DefaultEmbeddingDimensions = 384
+
+// IsEmbedding reports whether the tier serves embeddings.
+func (t Tier) IsEmbedding() bool { return t.Kind == KindEmbedding }
+
+// EmbeddingDims is the vector size of an embedding tier.
+func (t Tier) EmbeddingDims() int {
+	if t.Dimensions > 0 {
+		return t.Dimensions
+	}
+	return DefaultEmbeddingDimensions
 }
 
 // DefaultKVTokensPerSeq sizes a tier's KV cache when the file does not:
@@ -162,6 +193,7 @@ func ParseCluster(b []byte) (*ClusterFile, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
+	f.ApplyDefaults()
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -173,6 +205,28 @@ var ErrInvalidCluster = errors.New("invalid cluster file")
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidCluster, fmt.Sprintf(format, args...))
+}
+
+// ApplyDefaults fills the latency parameters an embedding tier may leave
+// out (it has no decode phase to speak of): tpot_load_factor 1,
+// max_num_seqs 256, verbosity 1. Chat tiers are left alone: every one of
+// their parameters shapes the simulated world and must be written down.
+func (f *ClusterFile) ApplyDefaults() {
+	for i := range f.Tiers {
+		t := &f.Tiers[i]
+		if !t.IsEmbedding() {
+			continue
+		}
+		if t.TPOTLoadFactor == 0 {
+			t.TPOTLoadFactor = 1
+		}
+		if t.MaxNumSeqs == 0 {
+			t.MaxNumSeqs = 256
+		}
+		if t.Verbosity == 0 {
+			t.Verbosity = 1
+		}
+	}
 }
 
 // Validate checks every parameter the instance model uses.
@@ -223,6 +277,12 @@ func (t Tier) Validate() error {
 		return invalid("%s: kv_cache_tokens must be >= 0, got %d", t.Model, t.KVCacheTokens)
 	case t.MaxModelLen < 0:
 		return invalid("%s: max_model_len must be >= 0, got %d", t.Model, t.MaxModelLen)
+	case t.Kind != "" && t.Kind != KindChat && t.Kind != KindEmbedding:
+		return invalid("%s: kind must be %q or %q, got %q", t.Model, KindChat, KindEmbedding, t.Kind)
+	case t.Dimensions < 0 || t.Dimensions > 65536:
+		return invalid("%s: dimensions must be in [0, 65536], got %d", t.Model, t.Dimensions)
+	case t.Dimensions > 0 && !t.IsEmbedding():
+		return invalid("%s: dimensions is only for kind %q tiers", t.Model, KindEmbedding)
 	}
 	return nil
 }

@@ -89,6 +89,9 @@ type Instance struct {
 // StartCluster listens on every instance's port and starts the instances.
 // They stop when ctx ends or Close is called; Close waits for them.
 func StartCluster(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.File != nil {
+		cfg.File.ApplyDefaults()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -103,6 +106,7 @@ func StartCluster(ctx context.Context, cfg Config) (*Cluster, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Cluster{cancel: cancel}
 	var lns []net.Listener
+	vocab := NewVocab() // one tokenizer table, so any instance detokenizes what another tokenized
 	fail := func(err error) (*Cluster, error) {
 		cancel()
 		for _, ln := range lns {
@@ -112,7 +116,7 @@ func StartCluster(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	for _, spec := range cfg.File.Instances() {
 		srv, err := NewServer(ServerConfig{Spec: spec, Lengths: cfg.File.OutputLengths, Seed: cfg.Seed, TimeScale: cfg.TimeScale,
-			ZeroLatency: cfg.ZeroLatency, Tasks: cfg.Tasks, Fault: cfg.Faults[spec.Index], Log: log})
+			ZeroLatency: cfg.ZeroLatency, Tasks: cfg.Tasks, Fault: cfg.Faults[spec.Index], Log: log, Vocab: vocab})
 		if err != nil {
 			return fail(err)
 		}

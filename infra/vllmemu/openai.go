@@ -21,14 +21,19 @@ type chatMessage struct {
 }
 
 type chatRequest struct {
-	Model               string         `json:"model"`
-	Messages            []chatMessage  `json:"messages"`
-	MaxTokens           *int           `json:"max_tokens"`
-	MaxCompletionTokens *int           `json:"max_completion_tokens"`
-	Stream              bool           `json:"stream"`
-	StreamOptions       *streamOptions `json:"stream_options"`
-	IgnoreEOS           bool           `json:"ignore_eos"`
-	N                   *int           `json:"n"`
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	IgnoreEOS           bool            `json:"ignore_eos"`
+	N                   *int            `json:"n"`
+	Logprobs            bool            `json:"logprobs"`
+	TopLogprobs         *int            `json:"top_logprobs"`
+	Tools               []toolDef       `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ResponseFormat      *responseFormat `json:"response_format"`
 }
 
 type completionRequest struct {
@@ -39,6 +44,29 @@ type completionRequest struct {
 	StreamOptions *streamOptions  `json:"stream_options"`
 	IgnoreEOS     bool            `json:"ignore_eos"`
 	N             *int            `json:"n"`
+	Logprobs      *int            `json:"logprobs"`
+}
+
+// toolDef is one entry of a chat request's tools.
+type toolDef struct {
+	Type     string      `json:"type"`
+	Function toolFuncDef `json:"function"`
+}
+
+type toolFuncDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// responseFormat is a chat request's response_format.
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict *bool           `json:"strict"`
+	} `json:"json_schema"`
 }
 
 // completionDefaultMaxTokens is the max_tokens of /v1/completions when the
@@ -61,8 +89,24 @@ type chatChoice struct {
 }
 
 type chatOutMessage struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
+}
+
+// toolCall is an assistant message's tool call; in a stream delta Index
+// says which call the piece belongs to and ID/Type/Name come only with the
+// first piece.
+type toolCall struct {
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function toolCallFunc `json:"function"`
+}
+
+type toolCallFunc struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 type chatResponse struct {
@@ -197,11 +241,18 @@ func completionPrompt(raw json.RawMessage) (string, error) {
 	return "", errors.New("prompt must be a string (or an array of one string); token-id and batched prompts are not emulated")
 }
 
-func checkN(n *int) error {
-	if n != nil && *n != 1 {
-		return &badRequest{"n", fmt.Sprintf("n must be 1 in the emulator, got %d", *n)}
+// maxN is the largest n the emulator accepts (vLLM has no fixed limit;
+// this keeps one request from occupying a whole engine).
+const maxN = 16
+
+func checkN(n *int) (int, error) {
+	if n == nil {
+		return 1, nil
 	}
-	return nil
+	if *n < 1 || *n > maxN {
+		return 0, &badRequest{"n", fmt.Sprintf("n must be between 1 and %d, got %d", maxN, *n)}
+	}
+	return *n, nil
 }
 
 func checkMax(name string, v *int) (int, error) {

@@ -10,7 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"strings"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +42,9 @@ type ServerConfig struct {
 	Fault Fault
 	// Log receives warnings; nil discards.
 	Log *slog.Logger
+	// Vocab is the tokenizer table /tokenize fills and /detokenize reads;
+	// share one across a cluster's instances. nil gives the instance its own.
+	Vocab *Vocab
 }
 
 // Validate checks the configuration.
@@ -86,6 +89,7 @@ type Server struct {
 	rng     *rand.Rand
 	nextID  uint64
 	created int64
+	vocab   *Vocab
 }
 
 // stream is a request's progress as the driver reports it; fields are
@@ -122,6 +126,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		eng: eng, streams: map[string]*stream{}, fault: cfg.Fault, dead: cfg.Fault.Dead, life: make(chan struct{}),
 		rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Spec.Index)+1)),
 		created: start.Unix(),
+		vocab:   cfg.Vocab,
+	}
+	if s.vocab == nil {
+		s.vocab = NewVocab()
 	}
 	if s.dead {
 		close(s.life)
@@ -262,6 +270,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", s.live(s.handleChat))
 	mux.HandleFunc("POST /v1/completions", s.live(s.handleCompletion))
 	mux.HandleFunc("GET /v1/models", s.live(s.handleModels))
+	mux.HandleFunc("POST /v1/embeddings", s.live(s.handleEmbeddings))
+	mux.HandleFunc("POST /v1/responses", s.live(s.handleResponses))
+	mux.HandleFunc("POST /tokenize", s.live(s.handleTokenize))
+	mux.HandleFunc("POST /detokenize", s.live(s.handleDetokenize))
 	mux.HandleFunc("GET /health", s.live(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 	mux.HandleFunc("GET /metrics", s.live(s.handleMetrics))
 	mux.HandleFunc("GET /admin/fault", s.handleGetFault)
@@ -338,6 +350,23 @@ type job struct {
 	ignoreEOS    bool
 	stream       bool
 	includeUsage bool
+	n            int            // choices, ≥ 1
+	logprobs     bool           // per-token logprobs in the answer
+	topLogprobs  int            // alternatives per token
+	tool         *toolPlan      // a tool call the answer must make
+	schema       map[string]any // response_format's schema
+}
+
+// structured returns choice i's structured answer (tool arguments or a
+// response_format document), or "" for free text.
+func (j *job) structured(model string, i int) (string, error) {
+	switch {
+	case j.tool != nil:
+		return generateJSON(model, j.prompt, i, j.tool.schema, "tools")
+	case j.schema != nil:
+		return generateJSON(model, j.prompt, i, j.schema, "response_format")
+	}
+	return "", nil
 }
 
 const maxBody = 8 << 20
@@ -362,36 +391,62 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	if len(req.Messages) == 0 {
-		s.fail(w, &badRequest{"messages", "messages must be a non-empty array"})
+	j, err := s.chatJob(&req)
+	if err != nil {
+		s.fail(w, err)
 		return
+	}
+	s.serve(w, r, j)
+}
+
+// chatJob validates a chat request and turns it into a job.
+func (s *Server) chatJob(req *chatRequest) (*job, error) {
+	if len(req.Messages) == 0 {
+		return nil, &badRequest{"messages", "messages must be a non-empty array"}
 	}
 	contents := make([]string, 0, len(req.Messages))
 	for i, m := range req.Messages {
 		c, err := messageText(m.Content)
 		if err != nil {
-			s.fail(w, &badRequest{fmt.Sprintf("messages[%d].content", i), err.Error()})
-			return
+			return nil, &badRequest{fmt.Sprintf("messages[%d].content", i), err.Error()}
 		}
 		contents = append(contents, c)
 	}
-	if err := checkN(req.N); err != nil {
-		s.fail(w, err)
-		return
+	n, err := checkN(req.N)
+	if err != nil {
+		return nil, err
 	}
 	mt, err := checkMax("max_tokens", req.MaxTokens)
 	if err != nil {
-		s.fail(w, err)
-		return
+		return nil, err
 	}
 	if req.MaxCompletionTokens != nil {
 		if mt, err = checkMax("max_completion_tokens", req.MaxCompletionTokens); err != nil {
-			s.fail(w, err)
-			return
+			return nil, err
 		}
 	}
-	s.serve(w, r, &job{chat: true, model: req.Model, prompt: JoinChat(contents), promptTokens: EstimateChatTokens(contents),
-		maxTokens: mt, ignoreEOS: req.IgnoreEOS, stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage})
+	top := 0
+	if req.TopLogprobs != nil {
+		if *req.TopLogprobs < 0 || *req.TopLogprobs > maxTopLogprobs {
+			return nil, &badRequest{"top_logprobs", fmt.Sprintf("top_logprobs must be between 0 and %d, got %d", maxTopLogprobs, *req.TopLogprobs)}
+		}
+		if !req.Logprobs {
+			return nil, &badRequest{"top_logprobs", "top_logprobs needs logprobs set to true"}
+		}
+		top = *req.TopLogprobs
+	}
+	prompt := JoinChat(contents)
+	tool, err := planTools(req.Tools, req.ToolChoice, s.model, prompt)
+	if err != nil {
+		return nil, err
+	}
+	schema, err := formatSchema(req.ResponseFormat)
+	if err != nil {
+		return nil, err
+	}
+	return &job{chat: true, model: req.Model, prompt: prompt, promptTokens: EstimateChatTokens(contents),
+		maxTokens: mt, ignoreEOS: req.IgnoreEOS, stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+		n: n, logprobs: req.Logprobs, topLogprobs: top, tool: tool, schema: schema}, nil
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
@@ -405,7 +460,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, &badRequest{"prompt", err.Error()})
 		return
 	}
-	if err := checkN(req.N); err != nil {
+	n, err := checkN(req.N)
+	if err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -417,8 +473,16 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 	if req.MaxTokens == nil {
 		mt = completionDefaultMaxTokens
 	}
-	s.serve(w, r, &job{model: req.Model, prompt: prompt, promptTokens: max(EstimateTokens(prompt), 1),
-		maxTokens: mt, ignoreEOS: req.IgnoreEOS, stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage})
+	j := &job{model: req.Model, prompt: prompt, promptTokens: max(EstimateTokens(prompt), 1),
+		maxTokens: mt, ignoreEOS: req.IgnoreEOS, stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, n: n}
+	if req.Logprobs != nil {
+		if *req.Logprobs < 0 || *req.Logprobs > maxTopLogprobs {
+			s.fail(w, &badRequest{"logprobs", fmt.Sprintf("logprobs must be between 0 and %d, got %d", maxTopLogprobs, *req.Logprobs)})
+			return
+		}
+		j.logprobs, j.topLogprobs = true, *req.Logprobs
+	}
+	s.serve(w, r, j)
 }
 
 func (s *Server) fail(w http.ResponseWriter, err error) {
@@ -430,31 +494,130 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	writeError(w, http.StatusInternalServerError, "", err.Error())
 }
 
-// serve runs a generation job: model check, faults, engine, response.
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, j *job) {
-	if j.model != "" && j.model != s.model {
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("The model `%s` does not exist.", j.model)) // vLLM sends param null here
-		return
+// admit runs the checks every request to the engine passes first: the
+// served model, the injected error rate and stall. false means the
+// request was answered (or dropped) here.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, model string) bool {
+	if model != "" && model != s.model {
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("The model `%s` does not exist.", model)) // vLLM sends param null here
+		return false
 	}
-	ctx := r.Context()
 	s.mu.Lock()
 	f := s.fault
 	fail := f.ErrorRate > 0 && s.rng.Float64() < f.ErrorRate
 	s.mu.Unlock()
 	if fail {
 		writeError(w, f.status(), "", "injected fault: the instance failed this request")
-		return
+		return false
 	}
-	if f.StallMs > 0 && !s.sleepWorld(ctx, w, time.Duration(f.StallMs*float64(time.Millisecond))) {
-		return
+	if f.StallMs > 0 && !s.sleepWorld(r.Context(), w, time.Duration(f.StallMs*float64(time.Millisecond))) {
+		return false
 	}
-	task := DefaultTask
+	return true
+}
+
+func (s *Server) taskOf(prompt string) string {
 	if s.tasks != nil {
-		if t, ok := s.tasks.Task(j.prompt); ok {
-			task = t
+		if t, ok := s.tasks.Task(prompt); ok {
+			return t
 		}
 	}
+	return DefaultTask
+}
 
+// submitted is a job's engine sequences, one per choice.
+type submitted struct {
+	ids     []string
+	streams []*stream
+	notify  chan struct{}
+	life    chan struct{}
+	tickets []Ticket
+}
+
+// submit puts reqs into the engine under ids prefix-<k>[-c<i>] and
+// registers their streams; on error nothing stays submitted. It returns
+// errDead when the instance has died.
+func (s *Server) submit(prefix string, reqs []Request) (*submitted, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead {
+		return nil, errDead
+	}
+	s.nextID++
+	base := fmt.Sprintf("%s%d-%d", prefix, s.spec.Index, s.nextID)
+	sub := &submitted{notify: make(chan struct{}, 1), life: s.life}
+	s.advanceLocked()
+	now := s.worldNow()
+	for i, rq := range reqs {
+		rq.ID = base
+		if i > 0 {
+			rq.ID = fmt.Sprintf("%s-c%d", base, i)
+		}
+		tk, err := s.eng.Submit(now, rq)
+		if err != nil {
+			for _, id := range sub.ids {
+				s.eng.Abort(now, id)
+				delete(s.streams, id)
+			}
+			return nil, err
+		}
+		st := &stream{notify: sub.notify}
+		s.streams[rq.ID] = st
+		sub.ids, sub.streams, sub.tickets = append(sub.ids, rq.ID), append(sub.streams, st), append(sub.tickets, tk)
+	}
+	s.advanceLocked() // zero latency completes here
+	s.poke()
+	return sub, nil
+}
+
+var errDead = errors.New("instance is dead")
+
+// await follows sub until every sequence is done, calling progress with
+// each sequence's tokens so far after every change. It returns false when
+// the request ended early (client gone or progress failed); the sequences
+// are then aborted. An instance that dies or stops cuts the connection.
+func (s *Server) await(ctx context.Context, sub *submitted, progress func(tokens []int) error) ([]int, bool) {
+	tokens := make([]int, len(sub.ids))
+	for {
+		s.mu.Lock()
+		all := true
+		for i, st := range sub.streams {
+			tokens[i] = st.tokens
+			all = all && st.done
+		}
+		s.mu.Unlock()
+		if err := progress(tokens); err != nil {
+			s.abort(sub.ids...) // the client stopped reading
+			return nil, false
+		}
+		if all {
+			return tokens, true
+		}
+		select {
+		case <-sub.notify:
+		case <-ctx.Done():
+			s.abort(sub.ids...) // client went away
+			return nil, false
+		case <-sub.life:
+			s.abort(sub.ids...)
+			panic(http.ErrAbortHandler) // cut the connection mid-response
+		case <-s.stop:
+			s.abort(sub.ids...)
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+// serve runs a generation job: model check, faults, engine, response.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, j *job) {
+	if s.tier.IsEmbedding() {
+		writeError(w, http.StatusBadRequest, "", fmt.Sprintf("The model `%s` is an embedding model and does not support this API.", s.model))
+		return
+	}
+	if !s.admit(w, r, j.model) {
+		return
+	}
+	task := s.taskOf(j.prompt)
 	if ctxLen := s.tier.ContextLen(); j.promptTokens+j.maxTokens > ctxLen || j.promptTokens >= ctxLen {
 		param := "max_tokens"
 		if j.promptTokens >= ctxLen {
@@ -465,71 +628,97 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, j *job) {
 			ctxLen, j.promptTokens+j.maxTokens, j.promptTokens, j.maxTokens))
 		return
 	}
-	s.mu.Lock()
-	if s.dead {
-		s.mu.Unlock()
-		dropConnection(w)
-		return
+	choices := make([]*choiceOut, j.n)
+	reqs := make([]Request, j.n)
+	for i := range choices {
+		c := &choiceOut{index: i}
+		rq := Request{Prompt: j.prompt, Task: task, PromptTokens: j.promptTokens, MaxTokens: j.maxTokens, IgnoreEOS: j.ignoreEOS}
+		if i > 0 {
+			// Extra choices fork after the shared prefill (as vLLM's n
+			// sampling does): their own length draw, one prompt token.
+			rq.Prompt = j.prompt + "\x00choice " + strconv.Itoa(i)
+			rq.PromptTokens = 1
+			if rq.MaxTokens == 0 {
+				rq.MaxTokens = s.tier.ContextLen() - j.promptTokens
+			}
+		}
+		forced, err := j.structured(s.model, i)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		if forced != "" {
+			c.pieces = splitPieces(forced, max(1, EstimateTokens(forced)))
+			limit := len(c.pieces)
+			if j.maxTokens > 0 && j.maxTokens < limit {
+				limit = j.maxTokens
+			}
+			rq.MaxTokens, rq.IgnoreEOS = limit, true
+		} else {
+			c.text = newTextSource(s.model, j.prompt, i)
+		}
+		if j.tool != nil {
+			c.tool = j.tool.name
+		}
+		choices[i], reqs[i] = c, rq
 	}
-	life := s.life
-	s.nextID++
 	prefix := "cmpl-"
 	if j.chat {
 		prefix = "chatcmpl-"
 	}
-	id := fmt.Sprintf("%s%d-%d", prefix, s.spec.Index, s.nextID)
-	s.advanceLocked()
-	tk, err := s.eng.Submit(s.worldNow(), Request{ID: id, Prompt: j.prompt, Task: task, PromptTokens: j.promptTokens,
-		MaxTokens: j.maxTokens, IgnoreEOS: j.ignoreEOS})
+	sub, err := s.submit(prefix, reqs)
+	if errors.Is(err, errDead) {
+		dropConnection(w)
+		return
+	}
 	if err != nil {
-		s.mu.Unlock()
 		writeError(w, http.StatusBadRequest, "messages", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens in the messages: %v",
 			s.tier.ContextLen(), j.promptTokens, err))
 		return
 	}
-	st := &stream{notify: make(chan struct{}, 1)}
-	s.streams[id] = st
-	s.advanceLocked() // zero latency completes here
-	s.mu.Unlock()
-	s.poke()
-
-	out := &responder{s: s, w: w, j: j, id: id, created: time.Now().Unix(), promptTokens: tk.PromptTokens,
-		target: tk.OutputTokens, reason: tk.Finish, words: wordSource(j.prompt, s.model)}
+	for i, c := range choices {
+		tk := sub.tickets[i]
+		c.target, c.reason = tk.OutputTokens, tk.Finish
+		if c.pieces != nil {
+			c.reason = "length"
+			if c.target >= len(c.pieces) {
+				c.reason = "stop"
+				if c.tool != "" {
+					c.reason = "tool_calls"
+				}
+			}
+		}
+		if c.tool != "" {
+			c.toolID = toolCallID(sub.ids[0], i)
+		}
+	}
+	out := &responder{s: s, w: w, j: j, id: sub.ids[0], created: time.Now().Unix(), promptTokens: sub.tickets[0].PromptTokens, choices: choices}
 	if j.stream {
 		out.startStream()
 	}
-	for {
-		s.mu.Lock()
-		tokens, done, finish := st.tokens, st.done, st.finish
-		s.mu.Unlock()
-		if err := out.progress(tokens); err != nil {
-			s.abort(id) // the client stopped reading
-			return
+	tokens, ok := s.await(r.Context(), sub, func(tokens []int) error {
+		for i, c := range choices {
+			if err := out.progress(c, tokens[i]); err != nil {
+				return err
+			}
 		}
-		if done {
-			out.finish(tokens, finish)
-			return
+		if j.stream {
+			out.flush()
 		}
-		select {
-		case <-st.notify:
-		case <-ctx.Done():
-			s.abort(id) // client went away
-			return
-		case <-life:
-			s.abort(id)
-			panic(http.ErrAbortHandler) // cut the connection mid-response
-		case <-s.stop:
-			s.abort(id)
-			panic(http.ErrAbortHandler)
-		}
+		return out.err
+	})
+	if ok {
+		out.finish(tokens)
 	}
 }
 
-func (s *Server) abort(id string) {
+func (s *Server) abort(ids ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.streams, id)
-	s.eng.Abort(s.worldNow(), id)
+	for _, id := range ids {
+		delete(s.streams, id)
+		s.eng.Abort(s.worldNow(), id)
+	}
 	s.poke()
 }
 
@@ -550,17 +739,3 @@ func (s *Server) sleepWorld(ctx context.Context, w http.ResponseWriter, d time.D
 		return false
 	}
 }
-
-// wordSource returns the deterministic filler text of an answer: token i
-// is a word chosen by hash(model, prompt, i).
-func wordSource(prompt, model string) func(i int) string {
-	h := hashPrompt(0, model, prompt)
-	return func(i int) string {
-		x := splitmix(h + uint64(i)*0x9e3779b97f4a7c15)
-		return fillerWords[x%uint64(len(fillerWords))]
-	}
-}
-
-var fillerWords = strings.Fields(`the a of to and in is that for it as with on by this be are from at or an
-which model answer value result step first then so we can each number two three therefore because
-given let consider case sum total equal more less time data point example note thus following`)

@@ -220,13 +220,25 @@ func TestUnknownModelAndBadRequest(t *testing.T) {
 	}{
 		{"/v1/chat/completions", `{"model":"big","messages":[]}`, 400, "messages"},
 		{"/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"x"}],"max_tokens":0}`, 400, "max_tokens"},
-		{"/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"x"}],"n":2}`, 400, "n"},
+		{"/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"x"}],"n":0}`, 400, "n"},
+		{"/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"x"}],"n":17}`, 400, "n"},
+		{"/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"x"}],"top_logprobs":3}`, 400, "top_logprobs"},
+		{"/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}`, 400, "top_logprobs"},
+		{"/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"x"}],"tool_choice":"required"}`, 400, "tool_choice"},
+		{"/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, 400, "tool_choice"},
+		{"/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}}`, 400, "response_format.type"},
+		{"/v1/completions", `{"model":"big","prompt":"x","logprobs":21}`, 400, "logprobs"},
+		{"/v1/responses", `{"model":"big"}`, 400, "input"},
+		{"/v1/responses", `{"model":"big","input":"x","previous_response_id":"resp_1"}`, 400, "previous_response_id"},
+		{"/tokenize", `{"model":"big"}`, 400, "prompt"},
+		{"/detokenize", `{"model":"big","tokens":[12345]}`, 400, "tokens"},
 		{"/v1/chat/completions", `{not json`, 400, ""},
 		{"/v1/completions", `{"model":"big","prompt":[1,2,3]}`, 400, "prompt"},
 		{"/v1/completions", `{"model":"big","prompt":"x","max_tokens":8192}`, 400, "max_tokens"},
 		{"/v1/completions", `{"model":"big","prompt":"x","max_tokens":8191}`, 200, ""},
 		{"/v1/completions", `{"model":"nope","prompt":"x"}`, 404, ""},
-		{"/v1/embeddings", `{}`, 404, ""},
+		{"/v1/embeddings", `{}`, 400, ""},
+		{"/v1/nothing", `{}`, 404, ""},
 	}
 	for _, tt := range tests {
 		resp, err := http.Post(c.Instances[0].URL+tt.path, "application/json", strings.NewReader(tt.body))
