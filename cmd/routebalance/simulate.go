@@ -50,6 +50,8 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	verbose := fs.Bool("v", false, "log scheduler warnings")
 	latencyPrior := fs.String("latency-prior", "world", "start of each tier's latency model: world (the tier's profiled light-load figures) or default (generic prior, learnt online)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the sweep to this file")
+	scrape := fs.Duration("scrape-interval", 250*time.Millisecond, "how often engine gauges reach the scheduler(s), as the live scraper's /metrics readings (0 = never)")
+	replicas := fs.Int("replicas", 1, "router replicas over the one fleet, each with its own scheduler and seeing the others only through the scrape (routing/sim/replicas.go); use with --decision-cost 0")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,6 +77,10 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	cfg := sim.DefaultConfig()
 	cfg.N, cfg.Burstiness, cfg.Seed, cfg.MaxTokens = *n, *burst, *seed, *maxTokens
+	if *scrape < 0 {
+		return fmt.Errorf("scrape-interval must be >= 0, got %v", *scrape)
+	}
+	cfg.ScrapeInterval = *scrape
 	if cfg.Goodput, err = metrics.ParseSLO(*goodput); err != nil {
 		return err
 	}
@@ -101,11 +107,17 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	newRouter := func(arm sim.Arm) (sim.Router, error) {
-		deps, err := newDeps()
-		if err != nil {
-			return nil, err
+		one := func() (sim.Router, error) {
+			deps, err := newDeps()
+			if err != nil {
+				return nil, err
+			}
+			return sim.NewCoreRouter(schedule.DefaultConfig(), deps, world, arm)
 		}
-		return sim.NewCoreRouter(schedule.DefaultConfig(), deps, world, arm)
+		if *replicas > 1 {
+			return sim.NewReplicaRouter(*replicas, one)
+		}
+		return one()
 	}
 
 	if *cpuprofile != "" {

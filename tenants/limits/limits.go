@@ -80,11 +80,17 @@ type Refusal struct {
 	TooLarge bool
 	// RetryAfter is when the refused limit admits the request again.
 	RetryAfter time.Duration
+	// Unavailable means the limits could not be checked at all (a shared
+	// limiter's store is unreachable and it fails closed): the request was
+	// refused without a verdict on its limits. The api answers 503.
+	Unavailable bool
 }
 
 // Message is the client-facing explanation.
 func (r Refusal) Message() string {
 	switch {
+	case r.Unavailable:
+		return "rate limits cannot be checked right now (the shared limiter is unreachable); retry shortly"
 	case r.TooLarge:
 		return fmt.Sprintf("request too large: it needs more tokens than the %s's limit of %d tokens per minute; send a shorter prompt or a smaller max_tokens", r.Scope, r.Limit)
 	case r.Kind == KindConcurrency:
@@ -260,7 +266,22 @@ type Ticket struct {
 	actual      int64
 	known       bool
 	done        bool
+	shared      Lease // set by SharedTicket: the admission is held elsewhere
 }
+
+// Lease is an admission held by a limiter outside this process's buckets
+// (the cluster-wide limiter of tenants/limits/redislimit). Ticket.Release
+// calls Release exactly once, from the goroutine that ends the request.
+type Lease interface {
+	// Release frees the lease's concurrency slots and, when known, corrects
+	// the tokens-per-minute charge to tokens (prompt + output used).
+	Release(tokens int64, known bool)
+}
+
+// SharedTicket returns a Ticket whose Observe and Release go to lease, so
+// the callers of a process-local and of a shared limiter hold the same
+// Ticket type.
+func SharedTicket(lease Lease) Ticket { return Ticket{shared: lease} }
 
 // Observe records the tokens the request actually used (prompt + output);
 // Release corrects the tokens-per-minute charge to it. Without Observe the
@@ -272,7 +293,15 @@ func (t *Ticket) Observe(tokens int64) {
 // Release frees the concurrency slots and corrects the token charge. It is
 // safe to call on a zero Ticket and more than once.
 func (t *Ticket) Release() {
-	if t == nil || t.l == nil || t.done {
+	if t == nil || t.done {
+		return
+	}
+	if t.shared != nil {
+		t.done = true
+		t.shared.Release(t.actual, t.known)
+		return
+	}
+	if t.l == nil {
 		return
 	}
 	t.done = true
