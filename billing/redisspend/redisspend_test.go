@@ -25,7 +25,11 @@ type recorder struct {
 	evs []billing.UsageEvent
 }
 
-func (r *recorder) Record(ev billing.UsageEvent) { r.mu.Lock(); r.evs = append(r.evs, ev); r.mu.Unlock() }
+func (r *recorder) Record(ev billing.UsageEvent) {
+	r.mu.Lock()
+	r.evs = append(r.evs, ev)
+	r.mu.Unlock()
+}
 
 type replica struct {
 	c     *Counters
@@ -146,7 +150,9 @@ func TestReconcileRaisesNeverLowers(t *testing.T) {
 // ledgerRows is a Ledger with fixed totals.
 type ledgerRows []billing.PeriodSpend
 
-func (l ledgerRows) PeriodSpend(context.Context, time.Time) ([]billing.PeriodSpend, error) { return l, nil }
+func (l ledgerRows) PeriodSpend(context.Context, time.Time) ([]billing.PeriodSpend, error) {
+	return l, nil
+}
 
 func TestRunPushesAndReconcilesFirst(t *testing.T) {
 	rs := newReplicas(t, 1, Config{Reconcile: time.Hour})
