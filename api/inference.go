@@ -13,7 +13,6 @@ import (
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/tenants"
-	"github.com/routebalance/routebalance/tenants/limits"
 )
 
 // KeyResolver turns the secret of an API key ("rb_…") into the principal it
@@ -125,6 +124,9 @@ type InferenceDeps struct {
 	Meter   Meter
 	Spend   SpendGuard
 	Quality QualityObserver
+	// Limiter enforces the rate limits (default: this process's own
+	// *limits.Limiter; cmd injects the Redis limiter for several replicas).
+	Limiter RateLimiter
 	// Clock stamps arrivals and usage events (default the wall clock).
 	Clock routing.Clock
 	// Tracer receives the spans of every completion request (root, auth,
@@ -143,7 +145,7 @@ type inference struct {
 	proxy  *proxy.Proxy
 	recent *recentRequests
 	// limiter enforces the keys' and tenants' rate limits (ratelimit.go).
-	limiter *limits.Limiter
+	limiter RateLimiter
 	trace   tracer
 }
 
@@ -157,7 +159,10 @@ func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *in
 	if h.clock == nil {
 		h.clock = routing.WallClock{}
 	}
-	h.limiter = newLimiter(h.clock, log)
+	h.limiter = deps.Limiter
+	if h.limiter == nil {
+		h.limiter = newLimiter(h.clock, log)
+	}
 	if h.proxy == nil {
 		p, err := proxy.New(proxy.Config{}, proxy.Deps{Log: log, Clock: h.clock})
 		if err != nil { // the zero Config is valid; this cannot happen

@@ -159,7 +159,7 @@ func TestSpendGuard(t *testing.T) {
 		{"allowed", nil, 200, ""},
 		{"budget spent", &billing.BudgetError{Scope: billing.ScopeTenant, ID: "t1", LimitUSD: 10, SpentUSD: 10}, 402, "budget_exceeded"},
 		{"payment overdue", &billing.SuspendedError{TenantID: "t1", Status: "past_due"}, 402, "payment_required"},
-		{"guard failure", errors.New("broken"), 500, ""},
+		{"guard failure", errors.New("broken"), 503, "spend_check_unavailable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			guard := &spendStub{err: tc.err}

@@ -579,5 +579,5 @@ func (h *inference) checkSpend(c *fiber.Ctx, p *tenants.Principal) (refused bool
 		return true, sendError(c, http.StatusPaymentRequired, typeInsufficient, "payment_required", "", err.Error())
 	}
 	h.log.Error("spend check", slog.String("tenant_id", p.Tenant.ID), slog.String("error", err.Error()))
-	return true, sendError(c, http.StatusInternalServerError, typeServer, "", "", "could not check the spend limit; try again")
+	return true, sendError(c, http.StatusServiceUnavailable, typeServer, "spend_check_unavailable", "", "could not check the spend limit; try again")
 }

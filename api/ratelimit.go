@@ -22,7 +22,19 @@ const (
 	hdrRemainingTokens   = "x-ratelimit-remaining-tokens"
 	hdrResetTokens       = "x-ratelimit-reset-tokens"
 	errCodeRateLimited   = "rate_limit_exceeded"
+	// errCodeLimiterUnavailable: the shared limiter's Redis is down and it
+	// fails closed.
+	errCodeLimiterUnavailable = "rate_limiter_unavailable"
 )
+
+// RateLimiter applies the key's and the tenant's rate limits, charging one
+// request and tokens (estimated prompt + max_tokens); when ok the caller
+// holds the Ticket until the request ends and releases it once. A refusal
+// with Unavailable set means the limits could not be checked (503). Safe
+// for concurrent use; *limits.Limiter and *redislimit.Limiter implement it.
+type RateLimiter interface {
+	Admit(tenantID string, tl limits.Limits, keyID string, kl limits.Limits, tokens int64) (t limits.Ticket, st limits.Status, r limits.Refusal, ok bool)
+}
 
 // newLimiter makes the process-wide limiter of the inference API.
 func newLimiter(clock routing.Clock, log *slog.Logger) *limits.Limiter {
@@ -53,6 +65,9 @@ func (h *inference) admitLimits(c *fiber.Ctx, x *exchange) (refused bool, _ erro
 		secs = 1
 	}
 	c.Set(fiber.HeaderRetryAfter, strconv.FormatInt(secs, 10))
+	if r.Unavailable {
+		return true, sendError(c, http.StatusServiceUnavailable, typeServer, errCodeLimiterUnavailable, "", r.Message())
+	}
 	return true, sendError(c, http.StatusTooManyRequests, typeRateLimit, errCodeRateLimited, "", r.Message())
 }
 

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/routebalance/routebalance/api"
+	"github.com/routebalance/routebalance/billing/redisspend"
 	"github.com/routebalance/routebalance/migrations"
 	"github.com/routebalance/routebalance/routing/estimate"
 	"github.com/routebalance/routebalance/routing/latency"
@@ -53,6 +54,7 @@ type serveConfig struct {
 	billing         billingFlags
 	metricsAddr     string
 	tracing         telemetry.TracingConfig
+	redis           redisFlags
 }
 
 // env returns the value of ROUTEBALANCE_<name>, or def.
@@ -102,6 +104,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.tracing.ServiceName, "otlp-service-name", env("OTLP_SERVICE_NAME", c.tracing.ServiceName), "service.name of the exported traces (env ROUTEBALANCE_OTLP_SERVICE_NAME)")
 	ratio := env("TRACE_SAMPLE_RATIO", "1")
 	fs.Func("trace-sample-ratio", "fraction of new traces kept, in (0, 1]; a sampled incoming parent is always followed (env ROUTEBALANCE_TRACE_SAMPLE_RATIO)", func(s string) error { ratio = s; return nil })
+	c.redis.register(fs)
 	level := env("LOG_LEVEL", "info")
 	fs.Func("log-level", "debug, info, warn or error (env ROUTEBALANCE_LOG_LEVEL)", func(s string) error { level = s; return nil })
 	if err := fs.Parse(args); err != nil {
@@ -435,6 +438,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	deps.Inference = api.InferenceDeps{Keys: svc, Router: tel.Router(router), Proxy: px, Meter: tel.Meter(bill.meter, bill.pricing), Spend: bill.guard,
 		Tracer: tracing.Provider()}
+	// Several replicas: rate limits and budgets counted in Redis
+	// (serve_redis.go); without it each replica enforces them alone.
+	sh, err := newShared(ctx, cfg.redis, log)
+	if err != nil {
+		return err
+	}
+	if sh != nil {
+		defer sh.client.Close()
+		deps.Inference.Limiter = sh.limiter
+		deps.Inference.Meter = redisspend.NewMeter(deps.Inference.Meter, sh.counters, bill.pricing)
+		deps.Inference.Spend = redisspend.NewGuard(bill.guard, sh.counters)
+		workers.Go(func() error { return sh.limiter.Run(bg) })
+		workers.Go(func() error { return sh.counters.Run(bg, bill.store) })
+	}
 	if knn != nil {
 		deps.Inference.Quality = knn // POST /v1/feedback teaches the index
 	}

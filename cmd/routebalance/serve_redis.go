@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routebalance/routebalance/billing/redisspend"
+	"github.com/routebalance/routebalance/tenants/limits/redislimit"
+)
+
+// redisFlags are serve's settings of the state shared by replicas.
+type redisFlags struct {
+	url     string
+	prefix  string
+	fail    string
+	timeout time.Duration
+}
+
+// register adds the flags to fs.
+func (r *redisFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.url, "redis-url", env("REDIS_URL", ""), "Redis URL (redis://[:password@]host:6379/db, rediss:// for TLS) for rate limits and budgets shared by every replica; empty enforces them per replica (env ROUTEBALANCE_REDIS_URL)")
+	fs.StringVar(&r.prefix, "redis-prefix", env("REDIS_PREFIX", "rb"), "prefix of every Redis key (<prefix>:lim:…, <prefix>:spend:…), so deployments can share one Redis (env ROUTEBALANCE_REDIS_PREFIX)")
+	fs.StringVar(&r.fail, "redis-fail", env("REDIS_FAIL", string(redislimit.FailOpen)), "when Redis is unreachable: open (each replica enforces limits and budgets on its own view) or closed (limited or budgeted requests get 503) (env ROUTEBALANCE_REDIS_FAIL)")
+	d, _ := time.ParseDuration(env("REDIS_TIMEOUT", "250ms"))
+	fs.DurationVar(&r.timeout, "redis-timeout", d, "bound on one Redis call before the fail mode applies (env ROUTEBALANCE_REDIS_TIMEOUT)")
+}
+
+// shared is what the replicas share through Redis; nil without --redis-url.
+type shared struct {
+	client   *redis.Client
+	limiter  *redislimit.Limiter
+	counters *redisspend.Counters
+}
+
+// newShared connects to Redis (a failed ping is logged, not fatal: the fail
+// mode covers an outage at start as at any other time).
+func newShared(ctx context.Context, f redisFlags, log *slog.Logger) (*shared, error) {
+	if f.url == "" {
+		return nil, nil
+	}
+	fail, err := redislimit.ParseFailMode(f.fail)
+	if err != nil {
+		return nil, fmt.Errorf("--redis-fail: %w", err)
+	}
+	if f.prefix == "" {
+		return nil, fmt.Errorf("--redis-prefix must not be empty")
+	}
+	if f.timeout <= 0 {
+		return nil, fmt.Errorf("--redis-timeout must be positive")
+	}
+	opt, err := redis.ParseURL(f.url)
+	if err != nil {
+		return nil, fmt.Errorf("--redis-url: %w", err)
+	}
+	// Fail fast, never retry a script (a retried admission could charge
+	// twice), respect the per-call deadlines.
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = -1
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = f.timeout, f.timeout, f.timeout
+	opt.DialerRetries = 1
+	c := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		log.Warn("redis unreachable at start; limits and budgets follow --redis-fail until it answers", slog.String("addr", opt.Addr), slog.String("fail", string(fail)), slog.String("error", err.Error()))
+	}
+	lim, err := redislimit.New(redislimit.Config{Prefix: f.prefix + ":lim", Timeout: f.timeout, Fail: fail}, c, nil, log)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	cnt, err := redisspend.New(redisspend.Config{Prefix: f.prefix + ":spend", Timeout: f.timeout, Fail: redisspend.FailMode(fail)}, c, nil, log)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	log.Info("limits and budgets shared through redis", slog.String("addr", opt.Addr), slog.Int("db", opt.DB), slog.String("fail", string(fail)))
+	return &shared{client: c, limiter: lim, counters: cnt}, nil
+}
