@@ -89,6 +89,9 @@ func (s *Server) mountBilling(r fiber.Router) {
 	a.Get("/billing", s.billingOverview)
 	a.Post("/billing/checkout", s.billingCheckout)
 	a.Get("/usage", s.usage)
+	a.Get("/usage.csv", s.usageCSV)
+	a.Get("/requests", s.requests)
+	a.Get("/requests.csv", s.requestsCSV)
 }
 
 // billingTenant resolves the caller's tenant or writes 401.

@@ -38,7 +38,8 @@ import (
 //	PATCH  /clusters/{id}/instances/{iid}  {any instance field} → instance
 //	DELETE /clusters/{id}/instances/{iid}  → 204
 //	GET    /settings                       → settings
-//	PUT    /settings                       {default_cluster_id?,preset,weights?,slo?,limits?} → settings
+//	PUT    /settings                       {default_cluster_id?,preset,weights?,slo?,limits?} → settings (full replacement)
+//	PATCH  /settings                       any subset of those fields → settings (absent = unchanged)
 func (s *Server) mountManagement(r fiber.Router) {
 	r.Post("/signup", s.signup)
 	r.Post("/login", s.login)
@@ -69,6 +70,7 @@ func (s *Server) mountManagement(r fiber.Router) {
 
 	a.Get("/settings", s.getSettings)
 	a.Put("/settings", s.putSettings)
+	a.Patch("/settings", s.patchSettings)
 }
 
 // authed registers routes behind the session check.
@@ -427,6 +429,20 @@ func (s *Server) testConnection(c *fiber.Ctx) error {
 
 func (s *Server) getSettings(c *fiber.Ctx) error {
 	st, err := s.deps.Tenants.Settings(c.UserContext(), tenantOf(c))
+	if err != nil {
+		return err
+	}
+	return c.JSON(st)
+}
+
+// patchSettings is the partial update: fields absent from the body (also
+// inside slo and limits) keep their saved values.
+func (s *Server) patchSettings(c *fiber.Ctx) error {
+	var in tenants.SettingsPatch
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	st, err := s.deps.Tenants.PatchSettings(c.UserContext(), tenantOf(c), in)
 	if err != nil {
 		return err
 	}

@@ -94,6 +94,8 @@ type Deps struct {
 	Billing BillingService
 	// Usage serves /api/v1/usage from the ledger.
 	Usage UsageReader
+	// Requests serves the request log, /api/v1/requests(.csv), from the ledger.
+	Requests RequestReader
 	// BillingTenant, when set, replaces the session check of the billing
 	// and usage endpoints (tests).
 	BillingTenant TenantFunc

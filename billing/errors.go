@@ -44,8 +44,8 @@ type BudgetError struct {
 }
 
 func (e *BudgetError) Error() string {
-	return fmt.Sprintf("%s monthly budget of $%.2f reached ($%.2f spent since %s)",
-		e.Scope, e.LimitUSD, e.SpentUSD, e.Period.Format("2006-01-02"))
+	return fmt.Sprintf("%s monthly budget of %s reached (%s spent since %s)",
+		e.Scope, FormatUSD(e.LimitUSD), FormatUSD(e.SpentUSD), e.Period.Format("2006-01-02"))
 }
 
 // Unwrap returns ErrBudgetExceeded.

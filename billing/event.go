@@ -30,4 +30,24 @@ type UsageEvent struct {
 	HTTPStatus int
 	StartedAt  time.Time
 	FinishedAt time.Time
+
+	// The routing decision, kept for the request log (GET /api/v1/requests).
+
+	// PredictedE2E is the scheduler's predicted end-to-end latency.
+	PredictedE2E time.Duration
+	// Preset is the resolved preset name ("custom" for own weights).
+	Preset string
+	// Weights are the weights the request was routed with.
+	Weights Weights
+	// Relaxed lists the filters relaxed because no instance passed them, in order.
+	Relaxed []string
+	// Attempts is how many instances were tried (2 after a fail-over).
+	Attempts int
+}
+
+// Weights are the quality/cost/latency weights of one routed request.
+type Weights struct {
+	Quality float64 `json:"quality"`
+	Cost    float64 `json:"cost"`
+	Latency float64 `json:"latency"`
 }

@@ -29,15 +29,18 @@ var usageCols = []string{
 	"request_id", "tenant_id", "key_id", "cluster_id", "instance_id", "model", "policy",
 	"prompt_tokens", "output_tokens", "cost_usd", "billed_usd", "predicted_quality",
 	"ttft_ms", "e2e_ms", "status", "http_status", "started_at", "finished_at",
+	"predicted_e2e_ms", "preset", "w_quality", "w_cost", "w_latency", "relaxed", "attempts",
 }
 
 const insertFromStage = `
 INSERT INTO billing_usage (request_id, tenant_id, key_id, cluster_id, instance_id, model, policy,
     prompt_tokens, output_tokens, cost_usd, billed_usd, predicted_quality, ttft_ms, e2e_ms,
-    status, http_status, started_at, finished_at)
+    status, http_status, started_at, finished_at,
+    predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts)
 SELECT request_id, tenant_id, key_id, cluster_id, instance_id, model, policy,
     prompt_tokens, output_tokens, cost_usd, billed_usd, predicted_quality, ttft_ms, e2e_ms,
-    status, http_status, started_at, finished_at
+    status, http_status, started_at, finished_at,
+    predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts
 FROM billing_usage_stage
 ON CONFLICT (request_id) DO NOTHING
 RETURNING request_id`
@@ -59,7 +62,9 @@ func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string,
 				e := &evs[i]
 				return []any{e.RequestID, e.TenantID, e.KeyID, e.ClusterID, e.InstanceID, e.Model, e.Policy,
 					int32(e.PromptTokens), int32(e.OutputTokens), e.CostUSD, e.BilledUSD, e.PredictedQuality,
-					ms(e.TTFT), ms(e.E2E), e.Status, int32(e.HTTPStatus), e.StartedAt, e.FinishedAt}, nil
+					ms(e.TTFT), ms(e.E2E), e.Status, int32(e.HTTPStatus), e.StartedAt, e.FinishedAt,
+					ms(e.PredictedE2E), e.Preset, e.Weights.Quality, e.Weights.Cost, e.Weights.Latency,
+					billing.JoinRelaxed(e.Relaxed), int32(max(1, e.Attempts))}, nil
 			}))
 		if err != nil {
 			return fmt.Errorf("copy usage: %w", err)

@@ -40,8 +40,9 @@ func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string,
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
 	st, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO billing_usage (request_id, tenant_id, key_id,
 		cluster_id, instance_id, model, policy, prompt_tokens, output_tokens, cost_usd, billed_usd,
-		predicted_quality, ttft_ms, e2e_ms, status, http_status, started_ms, finished_ms)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
+		predicted_quality, ttft_ms, e2e_ms, status, http_status, started_ms, finished_ms,
+		predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
 	if err != nil {
 		return nil, fmt.Errorf("billing sqlitestore: prepare: %w", err)
 	}
@@ -51,7 +52,9 @@ func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string,
 		e := &evs[i]
 		res, err := st.ExecContext(ctx, e.RequestID, e.TenantID, e.KeyID, e.ClusterID, e.InstanceID, e.Model,
 			e.Policy, e.PromptTokens, e.OutputTokens, e.CostUSD, e.BilledUSD, e.PredictedQuality,
-			durMs(e.TTFT), durMs(e.E2E), e.Status, e.HTTPStatus, toMs(e.StartedAt), toMs(e.FinishedAt))
+			durMs(e.TTFT), durMs(e.E2E), e.Status, e.HTTPStatus, toMs(e.StartedAt), toMs(e.FinishedAt),
+			durMs(e.PredictedE2E), e.Preset, e.Weights.Quality, e.Weights.Cost, e.Weights.Latency,
+			billing.JoinRelaxed(e.Relaxed), max(1, e.Attempts))
 		if err != nil {
 			return nil, fmt.Errorf("billing sqlitestore: insert usage: %w", err)
 		}

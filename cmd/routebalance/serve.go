@@ -411,6 +411,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	workers.Go(func() error { return bill.meter.Run(bg) })
 	workers.Go(func() error { return bill.syncer.Run(bg) })
 	deps.Billing, deps.Usage, deps.SignupHook = bill.syncer, bill.store, bill.syncer
+	deps.Requests = bill.store
 
 	// The inference path meters every request and checks spend before
 	// routing (402 over budget or unpaid past the grace period).

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/routebalance/routebalance/api"
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/billing/pgstore"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
@@ -69,6 +70,7 @@ type billingStore interface {
 	stripesync.AccountStore
 	stripesync.OutboxStore
 	stripesync.UsageReader
+	api.RequestReader
 }
 
 // billingParts are the running billing components serve wires into api.Deps.
