@@ -19,6 +19,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 
+	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/sim"
 	"github.com/routebalance/routebalance/tenants"
 )
@@ -33,6 +34,9 @@ type Server struct {
 	// recent-request memory (nil without /v1/feedback), read by it.
 	whatIf *whatIf
 	recent *recentRequests
+	// clock is Deps.Inference.Clock (default the wall clock); the usage
+	// report's default range is taken from it.
+	clock routing.Clock
 }
 
 // Config holds the HTTP settings.
@@ -128,7 +132,10 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
-	s := &Server{cfg: cfg, deps: deps, log: deps.Log}
+	s := &Server{cfg: cfg, deps: deps, log: deps.Log, clock: deps.Inference.Clock}
+	if s.clock == nil {
+		s.clock = routing.WallClock{}
+	}
 	if err := cfg.WhatIf.Validate(); err != nil {
 		s.log.Error("invalid what-if config, using defaults", slog.String("error", err.Error()))
 		cfg.WhatIf = WhatIfConfig{}

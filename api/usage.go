@@ -19,7 +19,7 @@ func (s *Server) usage(c *fiber.Ctx) error {
 	if s.deps.Usage == nil {
 		return sendError(c, fiber.StatusServiceUnavailable, typeUnavailable, "billing_unavailable", "", "usage is not recorded on this server")
 	}
-	now := time.Now().UTC()
+	now := s.clock.Now().UTC()
 	q := billing.UsageQuery{TenantID: tenant, From: billing.PeriodStart(now), To: now, GroupBy: c.Query("group_by")}
 	for _, p := range []struct {
 		name string
