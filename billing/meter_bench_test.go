@@ -21,7 +21,7 @@ func BenchmarkMeterPostgres(b *testing.B) {
 	cfg := billing.DefaultConfig()
 	cfg.SpillDir = b.TempDir()
 	cfg.Buffer = 1 << 20 // hold a whole burst: measure the flusher, not the spill file
-	m, err := billing.NewMeter(cfg, pgstore.New(pool), billing.NewGuard(nil, time.Hour), nil, nil)
+	m, err := billing.NewMeter(cfg, pgstore.New(pool), billing.NewGuard(billingtest.NewClock(meterBase), time.Hour), nil, billingtest.NewClock(meterBase))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func BenchmarkMeterPostgres(b *testing.B) {
 	go func() { done <- m.Run(ctx) }()
 	evs := make([]billing.UsageEvent, b.N)
 	for i := range evs {
-		evs[i] = event(i, fmt.Sprintf("t%d", i%50))
+		evs[i] = event(meterBase, i, fmt.Sprintf("t%d", i%50))
 	}
 	b.ResetTimer()
 	start := time.Now()
@@ -60,11 +60,11 @@ func BenchmarkMeterRecord(b *testing.B) {
 	cfg := billing.DefaultConfig()
 	cfg.SpillDir = b.TempDir()
 	cfg.Buffer = b.N + 1
-	m, err := billing.NewMeter(cfg, pgstore.New(nil), billing.NewGuard(nil, time.Hour), nil, nil)
+	m, err := billing.NewMeter(cfg, pgstore.New(nil), billing.NewGuard(billingtest.NewClock(meterBase), time.Hour), nil, billingtest.NewClock(meterBase))
 	if err != nil {
 		b.Fatal(err)
 	}
-	ev := event(0, "t1")
+	ev := event(meterBase, 0, "t1")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -77,11 +77,11 @@ func (s *Store) Accounts(ctx context.Context) ([]billing.Account, error) {
 }
 
 // SetCustomer links the tenant to its Stripe customer, creating the
-// account row when needed.
-func (s *Store) SetCustomer(ctx context.Context, tenantID, customerID string) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO billing_accounts (tenant_id, stripe_customer_id) VALUES ($1, $2)
-		ON CONFLICT (tenant_id) DO UPDATE SET stripe_customer_id = EXCLUDED.stripe_customer_id, updated_at = now()`,
-		tenantID, customerID)
+// account row when needed; at is the update time.
+func (s *Store) SetCustomer(ctx context.Context, tenantID, customerID string, at time.Time) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO billing_accounts (tenant_id, stripe_customer_id, updated_at) VALUES ($1, $2, $3)
+		ON CONFLICT (tenant_id) DO UPDATE SET stripe_customer_id = EXCLUDED.stripe_customer_id, updated_at = EXCLUDED.updated_at`,
+		tenantID, customerID, at)
 	if err != nil {
 		return fmt.Errorf("billing pgstore: set customer: %w", err)
 	}
@@ -90,13 +90,14 @@ func (s *Store) SetCustomer(ctx context.Context, tenantID, customerID string) er
 
 // ApplyWebhook records Stripe event eventID and, only the first time it is
 // seen, applies fn to the account ref names and saves it, in one
-// transaction. applied is false for a replayed event. An event about an
-// unknown account is recorded with no effect and returns billing.ErrNotFound.
-func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref billing.AccountRef,
+// transaction; at is when it was received (and the account's update time).
+// applied is false for a replayed event. An event about an unknown account
+// is recorded with no effect and returns billing.ErrNotFound.
+func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref billing.AccountRef, at time.Time,
 	fn func(a *billing.Account)) (acct billing.Account, applied bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO billing_webhook_events (event_id, type, tenant_id) VALUES ($1, $2, $3)
-			ON CONFLICT (event_id) DO NOTHING`, eventID, evType, ref.TenantID)
+		tag, err := tx.Exec(ctx, `INSERT INTO billing_webhook_events (event_id, type, tenant_id, received_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (event_id) DO NOTHING`, eventID, evType, ref.TenantID, at)
 		if err != nil {
 			return err
 		}
@@ -118,19 +119,19 @@ func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref bi
 		fn(&acct)
 		_, err = tx.Exec(ctx, `INSERT INTO billing_accounts (tenant_id, stripe_customer_id, subscription_id,
 			subscription_status, price_id, current_period_end, past_due_since, state_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (tenant_id) DO UPDATE SET stripe_customer_id = EXCLUDED.stripe_customer_id,
 			subscription_id = EXCLUDED.subscription_id, subscription_status = EXCLUDED.subscription_status,
 			price_id = EXCLUDED.price_id, current_period_end = EXCLUDED.current_period_end,
-			past_due_since = EXCLUDED.past_due_since, state_at = EXCLUDED.state_at, updated_at = now()`,
+			past_due_since = EXCLUDED.past_due_since, state_at = EXCLUDED.state_at, updated_at = EXCLUDED.updated_at`,
 			acct.TenantID, nullString(acct.StripeCustomerID), acct.SubscriptionID, acct.SubscriptionStatus,
-			acct.PriceID, nullTime(acct.CurrentPeriodEnd), nullTime(acct.PastDueSince), nullTime(acct.StateAt))
+			acct.PriceID, nullTime(acct.CurrentPeriodEnd), nullTime(acct.PastDueSince), nullTime(acct.StateAt), at)
 		return err
 	})
 	if errors.Is(err, billing.ErrNotFound) {
 		// Record the event anyway so a replay stays a no-op.
-		_, _ = s.pool.Exec(ctx, `INSERT INTO billing_webhook_events (event_id, type) VALUES ($1, $2)
-			ON CONFLICT (event_id) DO NOTHING`, eventID, evType)
+		_, _ = s.pool.Exec(ctx, `INSERT INTO billing_webhook_events (event_id, type, received_at) VALUES ($1, $2, $3)
+			ON CONFLICT (event_id) DO NOTHING`, eventID, evType, at)
 		return acct, false, err
 	}
 	if err != nil {

@@ -56,8 +56,6 @@ func nullString(s string) any {
 	return s
 }
 
-func nowMs() int64 { return time.Now().UnixMilli() }
-
 // Account returns the tenant's billing account or billing.ErrNotFound.
 func (s *Store) Account(ctx context.Context, tenantID string) (billing.Account, error) {
 	a, err := scanAccount(s.db.QueryRowContext(ctx, `SELECT `+accountCols+` FROM billing_accounts WHERE tenant_id = ?`, tenantID))
@@ -86,11 +84,11 @@ func (s *Store) Accounts(ctx context.Context) ([]billing.Account, error) {
 }
 
 // SetCustomer links the tenant to its Stripe customer, creating the
-// account row when needed.
-func (s *Store) SetCustomer(ctx context.Context, tenantID, customerID string) error {
+// account row when needed; at is the update time.
+func (s *Store) SetCustomer(ctx context.Context, tenantID, customerID string, at time.Time) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO billing_accounts (tenant_id, stripe_customer_id, updated_ms) VALUES (?, ?, ?)
 		ON CONFLICT (tenant_id) DO UPDATE SET stripe_customer_id = excluded.stripe_customer_id, updated_ms = excluded.updated_ms`,
-		tenantID, customerID, nowMs())
+		tenantID, customerID, toMs(at))
 	if err != nil {
 		return fmt.Errorf("billing sqlitestore: set customer: %w", err)
 	}
@@ -99,9 +97,10 @@ func (s *Store) SetCustomer(ctx context.Context, tenantID, customerID string) er
 
 // ApplyWebhook records Stripe event eventID and, only the first time it is
 // seen, applies fn to the account ref names and saves it, in one
-// transaction. applied is false for a replayed event. An event about an
-// unknown account is recorded with no effect and returns billing.ErrNotFound.
-func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref billing.AccountRef,
+// transaction; at is when it was received (and the account's update time).
+// applied is false for a replayed event. An event about an unknown account
+// is recorded with no effect and returns billing.ErrNotFound.
+func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref billing.AccountRef, at time.Time,
 	fn func(a *billing.Account)) (acct billing.Account, applied bool, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -109,7 +108,7 @@ func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref bi
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
 	res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO billing_webhook_events (event_id, type, tenant_id, received_ms)
-		VALUES (?, ?, ?, ?)`, eventID, evType, ref.TenantID, nowMs())
+		VALUES (?, ?, ?, ?)`, eventID, evType, ref.TenantID, toMs(at))
 	if err != nil {
 		return acct, false, fmt.Errorf("billing sqlitestore: apply webhook: %w", err)
 	}
@@ -143,7 +142,7 @@ func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref bi
 		price_id = excluded.price_id, current_period_end_ms = excluded.current_period_end_ms,
 		past_due_since_ms = excluded.past_due_since_ms, state_at_ms = excluded.state_at_ms, updated_ms = excluded.updated_ms`,
 		acct.TenantID, nullString(acct.StripeCustomerID), acct.SubscriptionID, acct.SubscriptionStatus,
-		acct.PriceID, nullMs(acct.CurrentPeriodEnd), nullMs(acct.PastDueSince), nullMs(acct.StateAt), nowMs())
+		acct.PriceID, nullMs(acct.CurrentPeriodEnd), nullMs(acct.PastDueSince), nullMs(acct.StateAt), toMs(at))
 	if err != nil {
 		return acct, false, fmt.Errorf("billing sqlitestore: apply webhook: %w", err)
 	}

@@ -52,11 +52,20 @@ func call(t *testing.T, srv *api.Server, method, path, token string, body any, o
 // after the hourly aggregation they reach stripe-mock as one meter event.
 func TestSignupMeterUsageAndStripe(t *testing.T) {
 	rec, base := newRecorder(t)
+	billingtest.RunShifted(t, testBase.Add(25*time.Minute), func(t *testing.T, now time.Time) {
+		signupMeterUsageAndStripe(t, rec, base, now)
+	})
+}
+
+// signupMeterUsageAndStripe is TestSignupMeterUsageAndStripe with every
+// clock (sessions, tenants, meter, guard, Syncer, usage range) at now.
+func signupMeterUsageAndStripe(t *testing.T, rec *recorder, base string, now time.Time) {
+	clk := billingtest.NewClock(now)
 	db := billingtest.SQLite(t)
 	bs := sqlitestore.New(db)
 	ctx := context.Background()
 
-	sess, err := tenants.NewSessions(tenants.DefaultSessionConfig([]byte(strings.Repeat("s", 32))), nil)
+	sess, err := tenants.NewSessions(tenants.DefaultSessionConfig([]byte(strings.Repeat("s", 32))), clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,20 +75,20 @@ func TestSignupMeterUsageAndStripe(t *testing.T) {
 	}
 	tcfg := tenants.DefaultConfig()
 	tcfg.Password.MemoryKiB, tcfg.Password.Time = 8*1024, 1
-	svc, err := tenants.NewService(tcfg, tenants.Deps{Store: sqlstore.NewSQLite(db), Sessions: sess, Sealer: sealer})
+	svc, err := tenants.NewService(tcfg, tenants.Deps{Store: sqlstore.NewSQLite(db), Sessions: sess, Sealer: sealer, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	now := time.Now().UTC()
-	clk := &clock{t: now}
 	guard := billing.NewGuard(clk, 72*time.Hour)
 	sy := newSyncer(t, config(base), bs, guard, clk)
-	srv := api.New(api.Config{}, api.Deps{Tenants: svc, Billing: sy, Usage: bs, SignupHook: sy})
+	srv := api.New(api.Config{}, api.Deps{Tenants: svc, Billing: sy, Usage: bs, SignupHook: sy,
+		Inference: api.InferenceDeps{Clock: clk}})
 
 	var tok struct {
-		TenantID    string `json:"tenant_id"`
-		AccessToken string `json:"access_token"`
+		TenantID     string `json:"tenant_id"`
+		AccessToken  string `json:"access_token"`
+		RefreshToken string `json:"refresh_token"`
 	}
 	if code := call(t, srv, http.MethodPost, "/api/v1/signup", "", map[string]string{
 		"email": "ada@example.com", "password": "analytical-engine-1", "name": "Ada"}, &tok); code != http.StatusCreated {
@@ -121,6 +130,13 @@ func TestSignupMeterUsageAndStripe(t *testing.T) {
 	if got := rep.Total.BilledUSD; got < 0.015-1e-12 || got > 0.015+1e-12 {
 		t.Errorf("billed = %v, want 5 × 0.002 × 1.5 = 0.015", got)
 	}
+	// Without from/to the range is the clock's month so far (a minute on:
+	// the meter stamped the events with the clock's now, and to is exclusive).
+	clk.Set(now.Add(time.Minute))
+	var month billing.UsageReport
+	if code := call(t, srv, http.MethodGet, "/api/v1/usage", tok.AccessToken, nil, &month); code != 200 || month.Total.Requests != 5 {
+		t.Errorf("usage of the current month: %d, %d requests, want 200 and 5", code, month.Total.Requests)
+	}
 	if code := call(t, srv, http.MethodGet, "/api/v1/usage", "", nil, nil); code != http.StatusUnauthorized {
 		t.Errorf("usage without a session: %d, want 401", code)
 	}
@@ -149,6 +165,14 @@ func TestSignupMeterUsageAndStripe(t *testing.T) {
 		t.Errorf("meter events for the tenant = %d, want 1", found)
 	}
 
+	// The access token (15 min) expired while the clock moved to the next
+	// hour; the dashboard refreshes it, as the session's clock says.
+	if code := call(t, srv, http.MethodGet, "/api/v1/billing", tok.AccessToken, nil, nil); code != http.StatusUnauthorized {
+		t.Errorf("billing overview with an expired access token: %d, want 401", code)
+	}
+	if code := call(t, srv, http.MethodPost, "/api/v1/refresh", "", map[string]string{"refresh_token": tok.RefreshToken}, &tok); code != 200 {
+		t.Fatalf("refresh: %d", code)
+	}
 	var ov billing.Overview
 	if code := call(t, srv, http.MethodGet, "/api/v1/billing", tok.AccessToken, nil, &ov); code != 200 {
 		t.Fatalf("billing overview: %d", code)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	stripe "github.com/stripe/stripe-go/v76"
@@ -22,9 +23,12 @@ import (
 type AccountStore interface {
 	Account(ctx context.Context, tenantID string) (billing.Account, error)
 	Accounts(ctx context.Context) ([]billing.Account, error)
-	SetCustomer(ctx context.Context, tenantID, customerID string) error
-	// ApplyWebhook applies fn once per eventID, atomically with recording it.
-	ApplyWebhook(ctx context.Context, eventID, evType string, ref billing.AccountRef,
+	// SetCustomer links the tenant to its Stripe customer; at (the
+	// caller's clock) is the account's update time.
+	SetCustomer(ctx context.Context, tenantID, customerID string, at time.Time) error
+	// ApplyWebhook applies fn once per eventID, atomically with recording
+	// it; at (the caller's clock) is when the event was received.
+	ApplyWebhook(ctx context.Context, eventID, evType string, ref billing.AccountRef, at time.Time,
 		fn func(a *billing.Account)) (billing.Account, bool, error)
 }
 
@@ -136,7 +140,7 @@ func (s *Syncer) ensureCustomer(ctx context.Context, tenantID, name, email strin
 	if err != nil {
 		return "", fmt.Errorf("stripe: create customer: %w", err)
 	}
-	if err := s.d.Accounts.SetCustomer(ctx, tenantID, c.ID); err != nil {
+	if err := s.d.Accounts.SetCustomer(ctx, tenantID, c.ID, s.d.Clock.Now()); err != nil {
 		return "", err
 	}
 	s.d.Log.Info("stripe customer created", slog.String("tenant", tenantID), slog.String("customer", c.ID))
@@ -230,12 +234,22 @@ func (s *Syncer) HandleWebhook(ctx context.Context, payload []byte, sigHeader st
 	if !s.Enabled() || s.cfg.WebhookSecret == "" {
 		return false, billing.ErrStripeDisabled
 	}
+	// stripe-go would judge the signature's age by the wall clock; the
+	// Syncer's clock decides it instead, from the timestamp the HMAC covers.
 	ev, err := webhook.ConstructEventWithOptions(payload, sigHeader, string(s.cfg.WebhookSecret), webhook.ConstructEventOptions{
-		Tolerance:                s.cfg.WebhookTolerance,
+		IgnoreTolerance:          true,
 		IgnoreAPIVersionMismatch: !s.cfg.StrictAPIVersion,
 	})
 	if err != nil {
 		return false, fmt.Errorf("%w: %v", billing.ErrBadSignature, err)
+	}
+	signed, ok := signatureTime(sigHeader)
+	if !ok {
+		return false, fmt.Errorf("%w: no timestamp in the signature header", billing.ErrBadSignature)
+	}
+	if age := s.d.Clock.Now().Sub(signed); age > s.cfg.WebhookTolerance {
+		return false, fmt.Errorf("%w: signature is %s old, more than the tolerance of %s", billing.ErrBadSignature,
+			age.Round(time.Second), s.cfg.WebhookTolerance)
 	}
 	if ev.Data == nil || ev.ID == "" {
 		return false, fmt.Errorf("%w: event without id or data", billing.ErrInvalid)
@@ -248,7 +262,7 @@ func (s *Syncer) HandleWebhook(ctx context.Context, payload []byte, sigHeader st
 	if fn == nil {
 		return false, nil
 	}
-	acct, applied, err := s.d.Accounts.ApplyWebhook(ctx, ev.ID, string(ev.Type), ref, fn)
+	acct, applied, err := s.d.Accounts.ApplyWebhook(ctx, ev.ID, string(ev.Type), ref, s.d.Clock.Now(), fn)
 	if errors.Is(err, billing.ErrNotFound) {
 		s.d.Log.Warn("stripe webhook for an unknown customer ignored", slog.String("event", ev.ID),
 			slog.String("type", string(ev.Type)), slog.String("customer", ref.CustomerID))
@@ -263,6 +277,31 @@ func (s *Syncer) HandleWebhook(ctx context.Context, payload []byte, sigHeader st
 			slog.String("tenant", acct.TenantID), slog.String("status", acct.SubscriptionStatus))
 	}
 	return applied, nil
+}
+
+// signatureTime returns the signed timestamp of a Stripe-Signature header
+// ("t=1495999758,v1=…"), read the way stripe-go reads it: comma-separated
+// key=value pairs, the last t wins. ok is false without a valid t.
+func signatureTime(header string) (time.Time, bool) {
+	var (
+		at time.Time
+		ok bool
+	)
+	for _, pair := range strings.Split(header, ",") {
+		k, v, found := strings.Cut(pair, "=")
+		if !found || strings.Contains(v, "=") {
+			return time.Time{}, false
+		}
+		if k != "t" {
+			continue
+		}
+		sec, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return time.Time{}, false
+		}
+		at, ok = time.Unix(sec, 0), true
+	}
+	return at, ok
 }
 
 // effect decodes the object of a subscription, invoice or checkout event
