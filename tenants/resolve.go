@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/routebalance/routebalance/routing"
@@ -24,6 +25,9 @@ type keyCache struct {
 	mu  sync.RWMutex
 	gen uint64
 	m   map[[32]byte]cacheEntry // by SHA-256 of the secret
+
+	// observers are told about every invalidation (Service.Observe).
+	observers atomic.Pointer[[]ChangeObserver]
 }
 
 type cacheEntry struct {
@@ -69,20 +73,30 @@ func (c *keyCache) put(hash [32]byte, p *Principal, gen uint64, now time.Time) {
 
 func (c *keyCache) invalidateTenant(tenantID string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.gen++
 	for h, e := range c.m {
 		if e.p.Tenant.ID == tenantID {
 			delete(c.m, h)
 		}
 	}
+	c.mu.Unlock()
+	if obs := c.observers.Load(); obs != nil {
+		for _, o := range *obs {
+			o.TenantChanged(tenantID)
+		}
+	}
 }
 
 func (c *keyCache) invalidateAll() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.gen++
 	clear(c.m)
+	c.mu.Unlock()
+	if obs := c.observers.Load(); obs != nil {
+		for _, o := range *obs {
+			o.AllChanged()
+		}
+	}
 }
 
 // InvalidateTenant drops the tenant's cached key resolutions; serve calls

@@ -269,11 +269,13 @@ func decodeSecret(v string) ([]byte, error) {
 
 // upstreamClient returns an HTTP client for calls to tenants' instances
 // that refuses, at connect time, every address the endpoint policy refuses
-// (DNS rebinding, redirects). timeout 0 means no overall timeout (streams).
+// (DNS rebinding), and follows no redirect (the upstream key must reach the
+// registered host:port only). timeout 0 means no overall timeout (streams).
 func upstreamClient(p tenants.EndpointPolicy, timeout time.Duration) *http.Client {
 	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: p.DialControl}
 	return &http.Client{
-		Timeout: timeout,
+		Timeout:       timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Transport: &http.Transport{
 			DialContext:         d.DialContext,
 			MaxIdleConnsPerHost: 64,
@@ -386,6 +388,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	workers.Go(func() error { return router.Run(bg) })
+	// Every configuration change (this replica's, or another's through
+	// NOTIFY) is applied to the scheduler at once: a deleted cluster's
+	// state and scrapers go, a deleted instance stops being scraped.
+	syncer := schedule.NewSyncer(router, svc, log)
+	svc.Observe(syncer)
+	workers.Go(func() error { return syncer.Run(bg) })
 	deps.State = func(clusterID string) any {
 		if st := router.State(clusterID); len(st) > 0 {
 			return st

@@ -40,12 +40,21 @@ type Config struct {
 	// DefaultTPOT is the decode time per token used for dead reckoning when
 	// a lease carries no prediction.
 	DefaultTPOT time.Duration
+	// MaxBackoff caps the exponential back-off of an instance whose
+	// scrapes (or probes) keep failing: after n consecutive failures the
+	// next attempt waits interval·2ⁿ, at most MaxBackoff.
+	MaxBackoff time.Duration
+	// FailureLogInterval is the least time between two log lines about
+	// one instance's failing scrapes; the failures in between are counted
+	// in the next line.
+	FailureLogInterval time.Duration
 }
 
 // DefaultConfig returns the defaults: scrape every 250 ms with a 1 s
 // timeout, stale after 2 s, probe ejected instances every second, eject
 // after 3 consecutive failures, re-admit after 1 good probe, explore with 3
-// requests, 20 ms per token when nothing better is known.
+// requests, 20 ms per token when nothing better is known; failing scrapes
+// back off up to 30 s and are logged at most once a minute per instance.
 func DefaultConfig() Config {
 	return Config{
 		ScrapeInterval:  250 * time.Millisecond,
@@ -56,6 +65,9 @@ func DefaultConfig() Config {
 		ReadmitAfter:    1,
 		ExploreRequests: 3,
 		DefaultTPOT:     20 * time.Millisecond,
+
+		MaxBackoff:         30 * time.Second,
+		FailureLogInterval: time.Minute,
 	}
 }
 
@@ -86,6 +98,12 @@ func (c Config) WithDefaults() Config {
 	if c.DefaultTPOT == 0 {
 		c.DefaultTPOT = d.DefaultTPOT
 	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = d.MaxBackoff
+	}
+	if c.FailureLogInterval == 0 {
+		c.FailureLogInterval = d.FailureLogInterval
+	}
 	return c
 }
 
@@ -102,6 +120,8 @@ func (c Config) Validate() error {
 	pos("stale after", c.StaleAfter)
 	pos("probe interval", c.ProbeInterval)
 	pos("default TPOT", c.DefaultTPOT)
+	pos("max backoff", c.MaxBackoff)
+	pos("failure log interval", c.FailureLogInterval)
 	if c.EjectAfter < 0 || c.ReadmitAfter < 0 || c.ExploreRequests < 0 {
 		errs = append(errs, errors.New("fleet: eject after, readmit after and explore requests must be >= 0"))
 	}

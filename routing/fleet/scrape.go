@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -88,17 +89,45 @@ func value(m *dto.Metric) float64 {
 }
 
 // Scraper reads every instance's /metrics and probes ejected instances'
-// /health, feeding the results into a Fleet.
+// /health, feeding the results into a Fleet. An instance whose scrapes (or
+// probes) keep failing is tried less and less often — after n consecutive
+// failures the next attempt waits interval·2ⁿ, at most Config.MaxBackoff —
+// and its failures are logged at most once per Config.FailureLogInterval.
+// Redirects are never followed, so the instance's upstream key is sent to
+// its registered host:port only. Instances removed from the fleet (a
+// deleted instance, a new cluster version) are no longer scraped from the
+// next round on.
 type Scraper struct {
 	fleet  *Fleet
 	client *http.Client
 	clock  routing.Clock
 	log    *slog.Logger
+
+	mu     sync.Mutex
+	scrape map[*Member]*backoff
+	probe  map[*Member]*backoff
 }
 
-// NewScraper returns a scraper of f's instances using client.
+// backoff is one instance's failure streak for scrapes or probes.
+type backoff struct {
+	fails      int
+	next       time.Time // no attempt before this
+	lastLog    time.Time
+	suppressed int // failures not logged since lastLog
+}
+
+// NewScraper returns a scraper of f's instances using a copy of client that
+// does not follow redirects.
 func NewScraper(f *Fleet, client *http.Client, clock routing.Clock, log *slog.Logger) *Scraper {
-	return &Scraper{fleet: f, client: client, clock: clock, log: log}
+	if client == nil {
+		client = &http.Client{Timeout: f.cfg.ScrapeTimeout}
+	}
+	c := *client
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Scraper{fleet: f, client: &c, clock: clock, log: log, scrape: map[*Member]*backoff{}, probe: map[*Member]*backoff{}}
 }
 
 // Run scrapes every ScrapeInterval and probes ejected instances every
@@ -121,25 +150,100 @@ func (s *Scraper) Run(ctx context.Context) {
 	}
 }
 
-// ScrapeOnce reads /metrics of every listed, enabled instance once, in
-// parallel, and waits for all of them.
+// due reports whether m's back-off in table has passed at now.
+func (s *Scraper) due(table map[*Member]*backoff, m *Member, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := table[m]
+	return b == nil || !now.Before(b.next)
+}
+
+// prune forgets the streaks of members no longer listed.
+func (s *Scraper) prune(table map[*Member]*backoff, members []*Member) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(table) == 0 {
+		return
+	}
+	listed := make(map[*Member]bool, len(members))
+	for _, m := range members {
+		listed[m] = true
+	}
+	for m := range table {
+		if !listed[m] {
+			delete(table, m)
+		}
+	}
+}
+
+// record updates m's streak after an attempt at now and logs at a bounded
+// rate: the first failure of a streak, then at most once per
+// FailureLogInterval with the number of failures in between, and the
+// recovery.
+func (s *Scraper) record(ctx context.Context, table map[*Member]*backoff, what string, interval time.Duration, m *Member, id string, now time.Time, err error) {
+	cfg := s.fleet.cfg
+	s.mu.Lock()
+	b := table[m]
+	if err == nil {
+		delete(table, m)
+		s.mu.Unlock()
+		if b != nil {
+			s.log.InfoContext(ctx, what+" recovered", slog.String("instance", id), slog.Int("failures", b.fails))
+		}
+		return
+	}
+	if b == nil {
+		b = &backoff{}
+		table[m] = b
+	}
+	b.fails++
+	wait := cfg.MaxBackoff
+	if b.fails < 32 {
+		wait = min(interval<<b.fails, cfg.MaxBackoff)
+	}
+	if wait <= 0 {
+		wait = cfg.MaxBackoff
+	}
+	b.next = now.Add(wait)
+	logNow := b.fails == 1 || now.Sub(b.lastLog) >= cfg.FailureLogInterval
+	suppressed := b.suppressed
+	if logNow {
+		b.lastLog, b.suppressed = now, 0
+	} else {
+		b.suppressed++
+	}
+	fails := b.fails
+	s.mu.Unlock()
+	if logNow {
+		s.log.WarnContext(ctx, what+" failing", slog.String("instance", id), slog.Int("consecutive_failures", fails),
+			slog.Int("not_logged", suppressed), slog.Duration("next_attempt_in", wait), slog.Any("err", err))
+	}
+}
+
+// ScrapeOnce reads /metrics of every listed, enabled instance whose
+// back-off has passed, in parallel, and waits for all of them.
 func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	members := s.fleet.Members()
+	s.prune(s.scrape, members)
+	now := s.clock.Now()
+	interval := s.fleet.cfg.ScrapeInterval
 	done := make(chan struct{}, len(members))
 	n := 0
 	for _, m := range members {
 		in := s.fleet.Instance(m)
-		if in.Disabled || in.BaseURL == "" {
+		if in.Disabled || in.BaseURL == "" || !s.due(s.scrape, m, now) {
 			continue
 		}
 		n++
 		go func() {
 			defer func() { done <- struct{}{} }()
-			sc, err := s.scrape(ctx, &in)
-			if err != nil && ctx.Err() == nil {
-				s.log.DebugContext(ctx, "scrape failed", slog.String("instance", in.ID), slog.Any("err", err))
+			sc, err := s.scrapeOne(ctx, &in)
+			if ctx.Err() != nil {
+				return
 			}
-			s.fleet.ReportScrape(s.clock.Now(), m, sc, err)
+			at := s.clock.Now()
+			s.record(ctx, s.scrape, "scrape", interval, m, in.ID, at, err)
+			s.fleet.ReportScrape(at, m, sc, err)
 		}()
 	}
 	for range n {
@@ -147,7 +251,7 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	}
 }
 
-func (s *Scraper) scrape(ctx context.Context, in *routing.Instance) (Scrape, error) {
+func (s *Scraper) scrapeOne(ctx context.Context, in *routing.Instance) (Scrape, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.fleet.cfg.ScrapeTimeout)
 	defer cancel()
 	resp, err := s.get(ctx, in, "/metrics")
@@ -163,30 +267,38 @@ func (s *Scraper) scrape(ctx context.Context, in *routing.Instance) (Scrape, err
 
 // ProbeOnce probes /health of every ejected instance once; a 200 counts
 // towards re-admission, anything else towards staying out.
+// Probes back off like scrapes.
 func (s *Scraper) ProbeOnce(ctx context.Context) {
-	for _, m := range s.fleet.Members() {
+	members := s.fleet.Members()
+	s.prune(s.probe, members)
+	for _, m := range members {
 		in := s.fleet.Instance(m)
-		if s.fleet.Healthy(m) || in.BaseURL == "" {
+		if s.fleet.Healthy(m) || in.BaseURL == "" || !s.due(s.probe, m, s.clock.Now()) {
 			continue
 		}
-		ok := s.probe(ctx, &in)
+		err := s.probeOne(ctx, &in)
 		if ctx.Err() != nil {
 			return
 		}
-		s.fleet.ReportProbe(s.clock.Now(), m, ok)
+		now := s.clock.Now()
+		s.record(ctx, s.probe, "health probe", s.fleet.cfg.ProbeInterval, m, in.ID, now, err)
+		s.fleet.ReportProbe(now, m, err == nil)
 	}
 }
 
-func (s *Scraper) probe(ctx context.Context, in *routing.Instance) bool {
+func (s *Scraper) probeOne(ctx context.Context, in *routing.Instance) error {
 	ctx, cancel := context.WithTimeout(ctx, s.fleet.cfg.ScrapeTimeout)
 	defer cancel()
 	resp, err := s.get(ctx, in, "/health")
 	if err != nil {
-		return false
+		return err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxHealthBodySize))
 	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /health: status %d", resp.StatusCode)
+	}
+	return nil
 }
 
 func (s *Scraper) get(ctx context.Context, in *routing.Instance, path string) (*http.Response, error) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,16 @@ import (
 type fixedClock struct{ t time.Time }
 
 func (c fixedClock) Now() time.Time { return c.t }
+
+// stepClock is a clock the test moves.
+type stepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *stepClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *stepClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 // vllmServer serves captured /metrics text and a /health whose status the
 // test controls.
@@ -51,7 +62,7 @@ func TestScraperAndProber(t *testing.T) {
 		{ID: "up", BaseURL: srv.URL + "/v1", APIKey: "sk-up"},
 		{ID: "gone", BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}, // nothing listens on port 1
 	})
-	clock := fixedClock{t0}
+	clock := &stepClock{t: t0}
 	s := NewScraper(f, srv.Client(), clock, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	s.ScrapeOnce(ctx)
@@ -76,6 +87,7 @@ func TestScraperAndProber(t *testing.T) {
 		t.Fatal("re-admitted while /health fails")
 	}
 	healthy.Store(true)
+	clock.add(time.Minute) // past the failed probe's back-off
 	s.ProbeOnce(ctx)
 	if !f.Healthy(m) {
 		t.Fatal("not re-admitted after /health answered 200")

@@ -26,8 +26,9 @@ type Router struct {
 // runner is one cluster's Core and the queue of requests waiting for the
 // next batch.
 type runner struct {
-	core *Core
-	log  *slog.Logger
+	core   *Core
+	log    *slog.Logger
+	tenant string // the cluster's TenantID
 
 	mu      sync.Mutex
 	pending []*Ticket
@@ -201,7 +202,7 @@ func (r *Router) runner(c *routing.Cluster) (*runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	run := &runner{core: core, log: r.deps.Logger.With(slog.String("cluster", c.ID)), version: c.Version, wake: make(chan struct{}, 1), lastUse: r.deps.Clock.Now()}
+	run := &runner{core: core, log: r.deps.Logger.With(slog.String("cluster", c.ID)), tenant: c.TenantID, version: c.Version, wake: make(chan struct{}, 1), lastUse: r.deps.Clock.Now()}
 	core.SetRequeue(run.requeue)
 	r.clusters[c.ID] = run
 	r.starting = append(r.starting, run)
@@ -227,7 +228,10 @@ func (run *runner) submit(c *routing.Cluster, t *Ticket, now time.Time) bool {
 		return false
 	}
 	run.lastUse = now
-	if c.Version != run.version {
+	// Only a newer version replaces the state: a request that resolved its
+	// cluster just before a change (a cached principal) must not bring a
+	// deleted instance back after SyncTenant applied the change.
+	if c.Version > run.version {
 		run.version = c.Version
 		run.latest = cloneCluster(c)
 	}
