@@ -34,6 +34,10 @@ type Decision struct {
 	// QualitySource says where the chosen model's quality estimate came
 	// from.
 	QualitySource EstimateSource
+	// EstimateMemo is the estimator's handle of this request's estimate
+	// (PromptEstimate.Memo): learning from the outcome or from feedback
+	// passes it back so the prompt is not embedded or searched again.
+	EstimateMemo uint64
 }
 
 // Outcome is what happened to a request on its instance; the proxy reports

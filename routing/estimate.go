@@ -93,10 +93,15 @@ type PromptEstimate struct {
 	Hist []LengthHist
 	// Source says where each model's quality came from.
 	Source []EstimateSource
+	// Memo is the estimator's handle of what it computed for this prompt
+	// (embedding, features, neighbours), passed back when the decided
+	// request is observed so learning never recomputes it; 0 for none.
+	Memo uint64
 }
 
 // Reset sizes e for n models, reusing its storage.
 func (e *PromptEstimate) Reset(n int) {
+	e.Memo = 0
 	e.Quality = resize(e.Quality, n)
 	e.Length = resize(e.Length, n)
 	if cap(e.Hist) >= n {

@@ -32,6 +32,7 @@ func runEstimate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	shrink := fs.Float64("shrink", 1, "pull q̂ towards each model's index-wide mean with this many pseudo-neighbours (negative: off)")
 	simPower := fs.Float64("sim-power", 2, "similarity weight exponent")
 	embURL := fs.String("embedder-url", "", "override the embedding server URL recorded in an openai index")
+	estimator := fs.String("estimator", "auto", "quality estimator: auto (head when the index has one), head, knn or blend")
 	if err := fs.Parse(args); err != nil {
 		return usageErr(err)
 	}
@@ -39,7 +40,7 @@ func runEstimate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintln(stderr, "estimate: --index, --data and --out are required (and --batch ≥ 1)")
 		return errUsage
 	}
-	cfg := estimate.Config{K: *k, Index: *search, Shrink: *shrink, SimPower: *simPower}
+	cfg := estimate.Config{K: *k, Index: *search, Shrink: *shrink, SimPower: *simPower, Estimator: *estimator}
 	if *search == "qdrant" {
 		man, err := estimate.ReadManifest(*indexDir)
 		if err != nil {

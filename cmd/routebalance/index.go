@@ -56,6 +56,14 @@ func runIndexBuild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	qdrantURL := fs.String("qdrant-url", "", "also upsert vectors and labels into this Qdrant (gRPC URL, e.g. http://127.0.0.1:6334)")
 	collection := fs.String("collection", "", "Qdrant collection name (with --qdrant-url)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	noHead := fs.Bool("no-head", false, "do not train the learned quality head (KNN only)")
+	headL2 := fs.Float64("head-l2", 0, "learned head: L2 weight decay (0 = default)")
+	headEpochs := fs.Int("head-epochs", 0, "learned head: Adam epochs (0 = default)")
+	headLR := fs.Float64("head-learn-rate", 0, "learned head: Adam step (0 = default)")
+	headTaskL2 := fs.Float64("head-task-l2", 0, "learned head: L2 of the task classifier (0 = default)")
+	headFolds := fs.Int("head-folds", 0, "learned head: cross-fitting folds of the task probabilities (0 = default, 1 = true task)")
+	headEmb := fs.Bool("head-embedding", false, "learned head: feed the embedding to the quality models too (off: it overfitted on validation)")
+	headInter := fs.Bool("head-interactions", false, "learned head: add a task × feature block (off: it did not help on validation)")
 	if err := fs.Parse(args); err != nil {
 		return usageErr(err)
 	}
@@ -105,7 +113,8 @@ func runIndexBuild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	bar := newProgress(stderr, "embedding", len(recs), *quiet)
 	start := time.Now()
 	knn, err := estimate.Build(ctx, recs, estimate.Config{}, estimate.BuildOptions{
-		Embedder: emb, HNSW: estimate.HNSWConfig{Enabled: *useHNSW},
+		Embedder: emb, HNSW: estimate.HNSWConfig{Enabled: *useHNSW}, NoHead: *noHead,
+		Head:     estimate.HeadConfig{L2: *headL2, Epochs: *headEpochs, LearnRate: *headLR, Interactions: *headInter, Embedding: *headEmb, TaskL2: *headTaskL2, Folds: *headFolds},
 		Progress: func(done, _ int) { bar.set(done) },
 	})
 	bar.finish()

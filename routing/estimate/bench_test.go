@@ -78,7 +78,7 @@ func benchIndexes3(b *testing.B) (exact, hnsw, two *KNN, recs []Record) {
 		benchOnce.recs, benchOnce.src = benchData(b)
 		emb, _ := NewBuiltin(DefaultBuiltinConfig())
 		ctx := context.Background()
-		benchOnce.exact, benchOnce.err = Build(ctx, benchOnce.recs, Config{}, BuildOptions{Embedder: emb})
+		benchOnce.exact, benchOnce.err = Build(ctx, benchOnce.recs, Config{Estimator: "knn"}, BuildOptions{Embedder: emb})
 		if benchOnce.err != nil {
 			return
 		}
@@ -297,5 +297,44 @@ func TestHNSWFindsStoredVectors(t *testing.T) {
 	// the floor below which the wrapper itself would be suspect.
 	if found < n*3/4 {
 		t.Errorf("%d of %d stored vectors found themselves, want ≥ 75%%", found, n)
+	}
+}
+
+var headOnce struct {
+	sync.Once
+	k   *KNN
+	err error
+}
+
+// BenchmarkEstimateHead is the default estimator's hot path: embed + task
+// classifier + per-model logistic head + per-task length, no neighbour
+// search, for a batch of 1, 8 and 32 prompts over the 9 models; cpu-ns/op
+// divided by the batch size is the CPU per prompt.
+func BenchmarkEstimateHead(b *testing.B) {
+	_, _, recs := benchIndexes(b)
+	headOnce.Do(func() {
+		emb, _ := NewBuiltin(DefaultBuiltinConfig())
+		headOnce.k, headOnce.err = Build(context.Background(), recs, Config{}, BuildOptions{Embedder: emb})
+	})
+	if headOnce.err != nil {
+		b.Fatal(headOnce.err)
+	}
+	k := headOnce.k
+	models := k.Models()
+	for _, n := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("prompts=%d", n), func(b *testing.B) {
+			prompts := make([]string, n)
+			for i := range prompts {
+				prompts[i] = recs[(i*131)%len(recs)].Prompt + " (variant)"
+			}
+			out := make([]routing.PromptEstimate, n)
+			ctx := context.Background()
+			b.ReportAllocs()
+			benchcpu.Measure(b, func() {
+				if err := k.Estimate(ctx, prompts, models, nil, out); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
 	}
 }

@@ -66,6 +66,23 @@ type Config struct {
 	// Embedder, when set, replaces the embedder recorded in the index (it
 	// must produce vectors of the same dimension).
 	Embedder Embedder
+	// Estimator selects how quality is predicted: "head" (the learned
+	// head saved by `index build`: embedding + prompt features + predicted
+	// task; no neighbour search on the hot path, lengths from a per-task
+	// table learned online), "knn" (similarity-weighted neighbours),
+	// "blend" (the mean of both; KNN lengths) or "auto" (default: head when
+	// the index has one, else knn). See README for the comparison.
+	Estimator string
+	// MemoCapacity is the number of recent estimates whose embedding,
+	// features and nearest stored prompt are kept so an observation of a
+	// decided request (ObserveLengthMemo) never embeds or searches again
+	// (default 2048; older memos fall back to embedding the prompt).
+	MemoCapacity int
+	// OnlineRate is the step of one quality observation on the head's
+	// logistic model of the served model: that prompt's logit moves by
+	// OnlineRate·(q − Q̂) (default 0.8: a score of 1 on a Q̂ of 0.5 adds
+	// 0.4 to the logit).
+	OnlineRate float64
 	// Logger receives load-time information (default: discard).
 	Logger *slog.Logger
 }
@@ -110,6 +127,15 @@ func (c Config) withDefaults() Config {
 	if c.PrefilterCandidates == 0 {
 		c.PrefilterCandidates = 100
 	}
+	if c.Estimator == "" {
+		c.Estimator = "auto"
+	}
+	if c.MemoCapacity == 0 {
+		c.MemoCapacity = 2048
+	}
+	if c.OnlineRate == 0 {
+		c.OnlineRate = 0.8
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -144,6 +170,17 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("estimate: index must be auto, exact, twostage or hnsw, got %q", c.Index)
 	}
+	switch c.Estimator {
+	case "auto", "knn", "head", "blend":
+	default:
+		return fmt.Errorf("estimate: estimator must be auto, knn, head or blend, got %q", c.Estimator)
+	}
+	if c.MemoCapacity < 0 || c.MemoCapacity > 1<<20 {
+		return fmt.Errorf("estimate: memo capacity must be in [0, 2^20], got %d", c.MemoCapacity)
+	}
+	if c.OnlineRate < 0 || c.OnlineRate > 4 {
+		return fmt.Errorf("estimate: online rate must be in [0, 4], got %g", c.OnlineRate)
+	}
 	return nil
 }
 
@@ -164,6 +201,13 @@ type KNN struct {
 	meta  []rowMeta // base rows' id and task, for Save
 
 	defaultHist routing.LengthHist
+
+	// head is the learned quality model (nil: KNN only); mode is the
+	// resolved Config.Estimator.
+	head *Head
+	mode string
+
+	memo memoRing
 
 	mu      sync.RWMutex
 	cols    map[string]int
@@ -193,12 +237,45 @@ type column struct {
 	lenN    float64
 	lenMean float64
 	lenHist routing.LengthHist
+	// taskLen is the length learned per head task (head mode).
+	taskLen []lenStat
+	// head is the model's row in the head (-1: none).
+	head int
 }
 
+// lenStat is a running mean and histogram of output lengths.
+type lenStat struct {
+	n    float64
+	mean float64
+	hist routing.LengthHist
+}
+
+// observe folds l in; the mean follows the last ~maxN observations.
+func (s *lenStat) observe(l, maxN float64) {
+	s.n++
+	s.mean += (l - s.mean) / math.Min(s.n, maxN)
+	if s.n > maxN {
+		for b := range s.hist {
+			s.hist[b] *= float32(1 - 1/maxN)
+		}
+	}
+	s.hist.Add(l, 1)
+}
+
+// taskLenWindow is the number of recent observations a per-task length
+// follows.
+const taskLenWindow = 256
+
 type knnScratch struct {
-	vecs []float32
-	nb   []Neighbor
-	cols []int
+	vecs  []float32
+	nb    []Neighbor
+	cols  []int
+	raw   [][NumPromptFeatures]float32
+	xt, x []float32
+	p     []float32
+	heads []int
+	memos []uint64
+	base  []Neighbor // best stored prompt of each query before the online ring
 }
 
 // newKNN wires a KNN around an embedder and an index of base rows.
@@ -214,6 +291,8 @@ func newKNN(cfg Config, emb Embedder, idx Index, meta []rowMeta) (*KNN, error) {
 		cols: map[string]int{}, online: make([]float32, cfg.OnlineCapacity*emb.Dim())}
 	k.defaultHist = logNormalHist(cfg.DefaultLength, cfg.DefaultLengthSigma)
 	k.scratch.New = func() any { return &knnScratch{} }
+	k.memo.init(cfg.MemoCapacity, k.dim)
+	k.mode = "knn"
 	return k, nil
 }
 
@@ -278,7 +357,15 @@ func (k *KNN) column(model string, create bool) (int, error) {
 		return -1, fmt.Errorf("%w: limit %d, adding %q", ErrTooManyModels, k.cfg.MaxModels, model)
 	}
 	n := k.base + k.cfg.OnlineCapacity
-	c := &column{name: model, q: nanSlice(n), qn: make([]float32, n), l: nanSlice(n), ln: make([]float32, n), qMean: math.NaN()}
+	c := &column{name: model, q: nanSlice(n), qn: make([]float32, n), l: nanSlice(n), ln: make([]float32, n), qMean: math.NaN(), head: -1}
+	if k.head != nil {
+		c.taskLen = make([]lenStat, len(k.head.tasks))
+		for i, m := range k.head.models {
+			if m == model {
+				c.head = i
+			}
+		}
+	}
 	k.models = append(k.models, c)
 	k.cols[model] = len(k.models) - 1
 	return len(k.models) - 1, nil
@@ -294,10 +381,12 @@ func nanSlice(n int) []float32 {
 }
 
 // Estimate predicts quality and length for every prompt and model: one
-// embedder call and one index search for the whole batch. out[j] receives
-// prompts[j]'s estimate (len(out) must be len(prompts)); models without
-// labels among the neighbours get priors[m] (or Config.DefaultPrior when
-// priors is shorter) and SourcePrior.
+// embedder call for the whole batch, then the head's forward pass and/or
+// one index search (Config.Estimator). out[j] receives prompts[j]'s
+// estimate (len(out) must be len(prompts)), with out[j].Memo the handle an
+// observation of the decided request passes back (ObserveLengthMemo);
+// models without labels get priors[m] (or Config.DefaultPrior when priors
+// is shorter) and SourcePrior.
 func (k *KNN) Estimate(ctx context.Context, prompts []string, models []string, priors []float64, out []routing.PromptEstimate) error {
 	if len(out) != len(prompts) {
 		return fmt.Errorf("estimate: %d outputs for %d prompts", len(out), len(prompts))
@@ -307,23 +396,41 @@ func (k *KNN) Estimate(ctx context.Context, prompts []string, models []string, p
 	}
 	s := k.scratch.Get().(*knnScratch)
 	defer k.scratch.Put(s)
+	useKNN := k.mode != "head"
+	useHead := k.head != nil && k.mode != "knn"
 	kk := k.cfg.K
-	s.vecs = growF32(s.vecs, len(prompts)*k.dim)
-	s.nb = growNb(s.nb, len(prompts)*kk)
+	n := len(prompts)
+	s.vecs = growF32(s.vecs, n*k.dim)
 	if err := k.emb.Embed(ctx, prompts, s.vecs); err != nil {
 		return fmt.Errorf("estimate: embed: %w", err)
 	}
-	if k.base > 0 {
-		if err := k.index.Search(ctx, s.vecs, kk, s.nb); err != nil {
-			return fmt.Errorf("estimate: search: %w", err)
+	s.base = growNb(s.base, n)
+	if useKNN {
+		s.nb = growNb(s.nb, n*kk)
+		if k.base > 0 {
+			if err := k.index.Search(ctx, s.vecs, kk, s.nb); err != nil {
+				return fmt.Errorf("estimate: search: %w", err)
+			}
+		} else {
+			resetTop(s.nb)
+		}
+		for j := 0; j < n; j++ {
+			s.base[j] = s.nb[j*kk]
 		}
 	} else {
-		resetTop(s.nb)
+		resetTop(s.base)
+	}
+	if cap(s.raw) < n {
+		s.raw = make([][NumPromptFeatures]float32, n)
+	}
+	s.raw = s.raw[:n]
+	for j, p := range prompts {
+		PromptFeatures(p, featureMaxBytes, &s.raw[j])
 	}
 
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	if k.onFill > 0 {
+	if useKNN && k.onFill > 0 {
 		for j := range prompts {
 			scanTopK(s.vecs[j*k.dim:(j+1)*k.dim], k.online[:k.onFill*k.dim], k.dim, int32(k.base), s.nb[j*kk:(j+1)*kk])
 		}
@@ -333,10 +440,145 @@ func (k *KNN) Estimate(ctx context.Context, prompts []string, models []string, p
 		c, _ := k.column(m, false)
 		s.cols = append(s.cols, c)
 	}
+	if useKNN {
+		for j := range prompts {
+			k.fill(s.nb[j*kk:(j+1)*kk], s.cols, priors, &out[j])
+		}
+	}
+	if useHead {
+		s.growHead(k.head)
+		for j := range prompts {
+			k.fillHead(s.vecs[j*k.dim:(j+1)*k.dim], &s.raw[j], s, priors, &out[j], useKNN)
+		}
+	}
 	for j := range prompts {
-		k.fill(s.nb[j*kk:(j+1)*kk], s.cols, priors, &out[j])
+		out[j].Memo = k.memo.put(s.vecs[j*k.dim:(j+1)*k.dim], &s.raw[j], s.base[j])
 	}
 	return nil
+}
+
+// featureMaxBytes bounds the prompt bytes PromptFeatures reads.
+const featureMaxBytes = 8192
+
+// growHead sizes the head's scratch vectors.
+func (s *knnScratch) growHead(h *Head) {
+	s.xt = growF32(s.xt, h.taskWidth())
+	s.p = growF32(s.p, len(h.tasks))
+	s.x = growF32(s.x, h.width())
+}
+
+// argmax32 returns the index of the largest element (-1 when empty).
+func argmax32(p []float32) int {
+	best := -1
+	for i, v := range p {
+		if best < 0 || v > p[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// fillHead writes the head's quality (and, unless blend, the per-task
+// length) of one prompt into e; with blend the KNN estimate already in e
+// is averaged with the head's. k.mu is held.
+func (k *KNN) fillHead(emb []float32, raw *[NumPromptFeatures]float32, s *knnScratch, priors []float64, e *routing.PromptEstimate, blend bool) {
+	h := k.head
+	h.forward(emb, raw, s.xt, s.p, s.x)
+	task := argmax32(s.p)
+	if !blend {
+		e.Reset(len(s.cols))
+	}
+	for m, c := range s.cols {
+		hm := -1
+		if c >= 0 {
+			hm = k.models[c].head
+		}
+		switch {
+		case hm >= 0:
+			q := h.quality(hm, s.x)
+			if blend && e.Source[m] == routing.SourceIndex {
+				q = (q + e.Quality[m]) / 2
+			}
+			e.Quality[m], e.Source[m] = q, routing.SourceIndex
+		case !blend:
+			prior := k.cfg.DefaultPrior
+			if m < len(priors) {
+				prior = priors[m]
+			}
+			e.Quality[m], e.Source[m] = prior, routing.SourcePrior
+		}
+		if blend {
+			continue // lengths from the neighbours
+		}
+		if c < 0 {
+			e.Length[m], e.Hist[m] = k.cfg.DefaultLength, k.defaultHist
+			continue
+		}
+		col := k.models[c]
+		switch {
+		case task >= 0 && task < len(col.taskLen) && col.taskLen[task].n > 0:
+			e.Length[m], e.Hist[m] = col.taskLen[task].mean, col.taskLen[task].hist
+			e.Hist[m].Normalize()
+		case col.lenN > 0:
+			e.Length[m], e.Hist[m] = col.lenMean, col.lenHist
+			e.Hist[m].Normalize()
+		default:
+			e.Length[m], e.Hist[m] = k.cfg.DefaultLength, k.defaultHist
+		}
+	}
+}
+
+// attachHead makes h the quality head and resolves Config.Estimator; k.mu
+// must not be held.
+func (k *KNN) attachHead(h *Head) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if h != nil && h.dim != k.dim {
+		return fmt.Errorf("estimate: head is for %d dims, embedder makes %d", h.dim, k.dim)
+	}
+	k.head = h
+	switch {
+	case k.cfg.Estimator == "auto" && h != nil:
+		k.mode = "head"
+	case k.cfg.Estimator == "auto", k.cfg.Estimator == "knn":
+		k.mode = "knn"
+	case h == nil:
+		return fmt.Errorf("estimate: estimator %q needs an index built with a head", k.cfg.Estimator)
+	default:
+		k.mode = k.cfg.Estimator
+	}
+	if h == nil {
+		return nil
+	}
+	for _, m := range h.models {
+		if _, err := k.column(m, true); err != nil {
+			return err
+		}
+	}
+	for _, c := range k.models {
+		c.taskLen = make([]lenStat, len(h.tasks))
+		c.head = -1
+		for i, m := range h.models {
+			if m == c.name {
+				c.head = i
+			}
+		}
+	}
+	return nil
+}
+
+// Mode returns the estimator in use: "knn", "head" or "blend".
+func (k *KNN) Mode() string {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.mode
+}
+
+// Head returns the learned quality head (nil without one).
+func (k *KNN) Head() *Head {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.head
 }
 
 // fill computes one prompt's estimate from its neighbours; k.mu is held.
@@ -411,41 +653,75 @@ func (k *KNN) fill(nb []Neighbor, cols []int, priors []float64, e *routing.Promp
 
 // ObserveLength records that model answered prompt with tokens output
 // tokens: it updates the most similar stored prompt when it is at least
-// Config.SameSim alike, else adds the prompt to the online ring, and it
-// updates the model's length prior. Non-positive lengths are ignored.
+// Config.SameSim alike, else adds the prompt to the online ring (knn and
+// blend), the predicted task's length (head), and the model's length prior.
+// Non-positive lengths are ignored.
 func (k *KNN) ObserveLength(prompt, model string, tokens int) {
+	k.ObserveLengthMemo(0, prompt, model, tokens)
+}
+
+// ObserveLengthMemo is ObserveLength for a request whose decision's
+// estimate had handle memo (routing.PromptEstimate.Memo): the embedding,
+// features and nearest stored prompt computed for the decision are reused,
+// so nothing is embedded or searched again. An unknown or expired memo
+// (older than Config.MemoCapacity estimates) falls back to the prompt.
+func (k *KNN) ObserveLengthMemo(memo uint64, prompt, model string, tokens int) {
 	if tokens <= 0 {
 		return
 	}
-	_ = k.observe(prompt, model, math.NaN(), float64(tokens))
+	_ = k.observe(memo, prompt, model, math.NaN(), float64(tokens))
 }
 
 // ObserveQuality records a feedback score q in [0, 1] for model's answer
-// to prompt, like ObserveLength. Scores outside [0, 1] are ignored.
+// to prompt, like ObserveLength: a running mean on the stored prompt (knn,
+// blend) and one SGD step of the model's logistic head (head, blend).
+// Scores outside [0, 1] are ignored.
 func (k *KNN) ObserveQuality(prompt, model string, q float64) {
+	k.ObserveQualityMemo(0, prompt, model, q)
+}
+
+// ObserveQualityMemo is ObserveQuality with a decision's memo (see
+// ObserveLengthMemo).
+func (k *KNN) ObserveQualityMemo(memo uint64, prompt, model string, q float64) {
 	if !(q >= 0 && q <= 1) {
 		return
 	}
-	_ = k.observe(prompt, model, q, math.NaN())
+	_ = k.observe(memo, prompt, model, q, math.NaN())
 }
 
-func (k *KNN) observe(prompt, model string, q, l float64) error {
+// MemoHits reports how many observations reused a decision's memo and how
+// many had to embed their prompt again.
+func (k *KNN) MemoHits() (hits, misses uint64) {
+	k.memo.mu.Lock()
+	defer k.memo.mu.Unlock()
+	return k.memo.hits, k.memo.misses
+}
+
+func (k *KNN) observe(memo uint64, prompt, model string, q, l float64) error {
 	s := k.scratch.Get().(*knnScratch)
 	defer k.scratch.Put(s)
 	s.vecs = growF32(s.vecs, k.dim)
 	s.nb = growNb(s.nb, 1)
-	ctx := context.Background()
-	if err := k.emb.Embed(ctx, []string{prompt}, s.vecs); err != nil {
-		k.cfg.Logger.Warn("estimate: observation dropped", slog.String("error", err.Error()))
-		return err
+	if cap(s.raw) < 1 {
+		s.raw = make([][NumPromptFeatures]float32, 1)
 	}
-	if k.base > 0 {
-		if err := k.index.Search(ctx, s.vecs, 1, s.nb); err != nil {
+	s.raw = s.raw[:1]
+	useKNN := k.mode != "head"
+	if !k.memo.get(memo, s.vecs, &s.raw[0], &s.nb[0]) {
+		ctx := context.Background()
+		if err := k.emb.Embed(ctx, []string{prompt}, s.vecs); err != nil {
 			k.cfg.Logger.Warn("estimate: observation dropped", slog.String("error", err.Error()))
 			return err
 		}
-	} else {
-		resetTop(s.nb)
+		PromptFeatures(prompt, featureMaxBytes, &s.raw[0])
+		if useKNN && k.base > 0 {
+			if err := k.index.Search(ctx, s.vecs, 1, s.nb); err != nil {
+				k.cfg.Logger.Warn("estimate: observation dropped", slog.String("error", err.Error()))
+				return err
+			}
+		} else {
+			resetTop(s.nb)
+		}
 	}
 
 	k.mu.Lock()
@@ -455,30 +731,103 @@ func (k *KNN) observe(prompt, model string, q, l float64) error {
 		k.cfg.Logger.Warn("estimate: observation dropped", slog.String("error", err.Error()))
 		return err
 	}
-	if k.onFill > 0 {
-		scanTopK(s.vecs, k.online[:k.onFill*k.dim], k.dim, int32(k.base), s.nb)
-	}
-	row := s.nb[0].Row
-	if row < 0 || float64(s.nb[0].Sim) < k.cfg.SameSim {
-		if k.cfg.OnlineCapacity == 0 {
-			row = -1
-		} else {
-			row = k.addOnline(s.vecs)
-		}
-	}
 	col := k.models[c]
-	if row >= 0 {
-		if q == q {
-			runMean(&col.q[row], &col.qn[row], q, k.cfg.MaxWeight)
+	if useKNN {
+		if k.onFill > 0 {
+			scanTopK(s.vecs, k.online[:k.onFill*k.dim], k.dim, int32(k.base), s.nb)
 		}
-		if l == l {
-			runMean(&col.l[row], &col.ln[row], l, k.cfg.MaxWeight)
+		row := s.nb[0].Row
+		if row < 0 || float64(s.nb[0].Sim) < k.cfg.SameSim {
+			if k.cfg.OnlineCapacity == 0 {
+				row = -1
+			} else {
+				row = k.addOnline(s.vecs)
+			}
+		}
+		if row >= 0 {
+			if q == q {
+				runMean(&col.q[row], &col.qn[row], q, k.cfg.MaxWeight)
+			}
+			if l == l {
+				runMean(&col.l[row], &col.ln[row], l, k.cfg.MaxWeight)
+			}
 		}
 	}
 	if l == l {
 		col.observePrior(l)
 	}
+	if h := k.head; h != nil && k.mode != "knn" {
+		s.growHead(h)
+		h.forward(s.vecs, &s.raw[0], s.xt, s.p, s.x)
+		if task := argmax32(s.p); l == l && task >= 0 && task < len(col.taskLen) {
+			col.taskLen[task].observe(l, taskLenWindow)
+		}
+		if q == q {
+			if col.head < 0 {
+				col.head = h.addModel(model, k.cfg.DefaultPrior)
+			}
+			h.step(col.head, s.x, q, k.cfg.OnlineRate)
+		}
+	}
 	return nil
+}
+
+// memoRing keeps the embedding, features and best stored prompt of the
+// last estimates, addressed by a handle that is never reused.
+type memoRing struct {
+	mu           sync.Mutex
+	dim          int
+	gen          []uint64
+	vecs         []float32
+	raw          [][NumPromptFeatures]float32
+	base         []Neighbor
+	last         uint64
+	hits, misses uint64
+}
+
+func (r *memoRing) init(n, dim int) {
+	r.dim = dim
+	r.gen = make([]uint64, n)
+	r.vecs = make([]float32, n*dim)
+	r.raw = make([][NumPromptFeatures]float32, n)
+	r.base = make([]Neighbor, n)
+}
+
+// put stores one estimate's inputs and returns its handle (0 when the ring
+// is off).
+func (r *memoRing) put(v []float32, raw *[NumPromptFeatures]float32, base Neighbor) uint64 {
+	if len(r.gen) == 0 {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last++
+	slot := int((r.last - 1) % uint64(len(r.gen)))
+	r.gen[slot] = r.last
+	copy(r.vecs[slot*r.dim:(slot+1)*r.dim], v)
+	r.raw[slot] = *raw
+	r.base[slot] = base
+	return r.last
+}
+
+// get copies the inputs behind handle h and reports whether they were
+// still there.
+func (r *memoRing) get(h uint64, v []float32, raw *[NumPromptFeatures]float32, base *Neighbor) bool {
+	if h == 0 || len(r.gen) == 0 {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	slot := int((h - 1) % uint64(len(r.gen)))
+	if r.gen[slot] != h {
+		r.misses++
+		return false
+	}
+	r.hits++
+	copy(v, r.vecs[slot*r.dim:(slot+1)*r.dim])
+	*raw = r.raw[slot]
+	*base = r.base[slot]
+	return true
 }
 
 // addOnline stores v in the next ring slot, clearing the labels of the

@@ -52,7 +52,7 @@ func buildTest(t *testing.T, cfg Config, opt BuildOptions) *KNN {
 }
 
 func TestEstimateNeighbours(t *testing.T) {
-	k := buildTest(t, Config{Shrink: -1}, BuildOptions{})
+	k := buildTest(t, Config{Shrink: -1, Estimator: "knn"}, BuildOptions{})
 	prompts := []string{
 		"Compute the sum of 1000 and 17, then multiply the result by 3. Show your arithmetic.",
 		"Which country's capital city hosted the famous festival number 977? Answer with the city name.",
@@ -97,7 +97,7 @@ func TestEstimateNeighbours(t *testing.T) {
 func TestEstimateShrinkPullsToModelMean(t *testing.T) {
 	// Both models have mean quality 0.5 over the index; with shrinkage the
 	// estimate moves from 1 towards 0.5 by Shrink/(Σw + Shrink).
-	k := buildTest(t, Config{Shrink: 3}, BuildOptions{})
+	k := buildTest(t, Config{Shrink: 3, Estimator: "knn"}, BuildOptions{})
 	out := make([]routing.PromptEstimate, 1)
 	p := []string{"Compute the sum of 1000 and 17, then multiply the result by 3. Show your arithmetic."}
 	if err := k.Estimate(context.Background(), p, []string{"solver"}, nil, out); err != nil {
@@ -124,7 +124,7 @@ func TestEstimateErrors(t *testing.T) {
 
 func TestObserveLearnsOnline(t *testing.T) {
 	b, _ := NewBuiltin(DefaultBuiltinConfig())
-	k := buildTest(t, Config{OnlineCapacity: 2}, BuildOptions{Embedder: b})
+	k := buildTest(t, Config{OnlineCapacity: 2, Estimator: "knn"}, BuildOptions{Embedder: b})
 	ctx := context.Background()
 	novel := "Translate this German poem about the sea into French verse."
 	// Unknown everywhere: the default length.

@@ -134,7 +134,7 @@ func TestQdrantAdapterMapping(t *testing.T) {
 	fake, url := startFakeQdrant(t)
 	ctx := context.Background()
 	recs := testRecords()
-	k := buildTest(t, Config{}, BuildOptions{})
+	k := buildTest(t, Config{Estimator: "knn"}, BuildOptions{})
 	q, err := DialQdrant(ctx, QdrantConfig{URL: url, Collection: "test-index", BatchSize: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestQdrantAdapterMapping(t *testing.T) {
 	if err := k.Save(dir, &QdrantSpec{URL: url, Collection: "test-index"}); err != nil {
 		t.Fatal(err)
 	}
-	kq, err := Open(dir, Config{Qdrant: &QdrantConfig{URL: url, Collection: "test-index"}})
+	kq, err := Open(dir, Config{Estimator: "knn", Qdrant: &QdrantConfig{URL: url, Collection: "test-index"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,6 +80,8 @@ type ManifestFiles struct {
 	Labels  string `json:"labels"`
 	IDF     string `json:"idf,omitempty"`
 	HNSW    string `json:"hnsw,omitempty"`
+	// Head is the learned quality head (head.json), when built.
+	Head string `json:"head,omitempty"`
 }
 
 // QdrantSpec names the Qdrant collection mirroring an index.
@@ -108,6 +110,7 @@ const (
 	labelsFile      = "labels.jsonl"
 	idfFile         = "idf.f32"
 	hnswFile        = "hnsw.bin"
+	headFileName    = "head.json"
 	maxRows         = 50_000_000
 )
 
@@ -134,6 +137,10 @@ type BuildOptions struct {
 	// Progress, when set, is called after each batch with the prompts
 	// embedded so far.
 	Progress func(done, total int)
+	// Head tunes the learned quality head trained after embedding.
+	Head HeadConfig
+	// NoHead skips the head (KNN only).
+	NoHead bool
 }
 
 // Build embeds every record and returns a KNN over them with their labels.
@@ -207,7 +214,39 @@ func Build(ctx context.Context, recs []Record, cfg Config, opt BuildOptions) (*K
 	if err := k.loadLabels(lines); err != nil {
 		return nil, err
 	}
+	var head *Head
+	if !opt.NoHead {
+		if head, err = TrainHead(recs, vecs, dim, featureMaxBytes, opt.Head); err != nil {
+			return nil, err
+		}
+	}
+	if err := k.attachHead(head); err != nil {
+		return nil, err
+	}
+	k.seedTaskLengths(lines)
 	return k, nil
+}
+
+// seedTaskLengths folds the labelled output lengths into the head's
+// per-task length tables (by each record's own task).
+func (k *KNN) seedTaskLengths(lines []labelLine) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.head == nil {
+		return
+	}
+	taskOf := indexOf(k.head.tasks)
+	for _, l := range lines {
+		t, ok := taskOf[l.Task]
+		if !ok {
+			continue
+		}
+		for m, n := range l.OutputTokens {
+			if c, ok := k.cols[m]; ok && t < len(k.models[c].taskLen) {
+				k.models[c].taskLen[t].observe(n, taskLenWindow)
+			}
+		}
+	}
 }
 
 func checkRecord(r Record) error {
@@ -297,6 +336,12 @@ func (k *KNN) Save(dir string, qdrant *QdrantSpec) error {
 	if b, ok := k.emb.(*Builtin); ok {
 		man.Files.IDF = idfFile
 		if err := writeFile(filepath.Join(dir, idfFile), b.WriteIDF); err != nil {
+			return err
+		}
+	}
+	if h := k.Head(); h != nil {
+		man.Files.Head = headFileName
+		if err := writeFile(filepath.Join(dir, headFileName), h.Write); err != nil {
 			return err
 		}
 	}
@@ -483,6 +528,22 @@ func Open(dir string, cfg Config) (*KNN, error) {
 	if err := k.loadLabels(lines); err != nil {
 		return nil, err
 	}
+	var head *Head
+	if man.Files.Head != "" {
+		hf, err := os.Open(filepath.Join(dir, man.Files.Head))
+		if err != nil {
+			return nil, fmt.Errorf("open index: %w", err)
+		}
+		head, err = ReadHead(bufio.NewReader(hf))
+		hf.Close()
+		if err != nil {
+			return nil, fmt.Errorf("open index: %w", err)
+		}
+	}
+	if err := k.attachHead(head); err != nil {
+		return nil, fmt.Errorf("open index: %w", err)
+	}
+	k.seedTaskLengths(lines)
 	cfg.Logger.Info("estimate: index opened", "dir", dir, "rows", man.Count, "dim", man.Dim,
 		"embedder", man.Embedder.Kind, "search", fmt.Sprintf("%T", idx))
 	return k, nil

@@ -235,6 +235,16 @@ type LengthObserver interface {
 	ObserveLength(prompt, model string, tokens int)
 }
 
+// MemoLengthObserver is LengthObserver for a decided request: memo is the
+// Decision.EstimateMemo of its estimate, so the estimator reuses the
+// embedding and neighbours it computed for the decision instead of
+// recomputing them; it falls back to the prompt when the memo expired.
+// Optional on the Estimator and preferred over LengthObserver.
+// (*estimate.KNN) implements it.
+type MemoLengthObserver interface {
+	ObserveLengthMemo(memo uint64, prompt, model string, tokens int)
+}
+
 // LatencyObserver learns measured latency at the load the request was
 // admitted under. Optional on the LatencyModel.
 type LatencyObserver interface {

@@ -563,6 +563,7 @@ func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, bat
 	if cand.Model < len(est.Source) {
 		d.QualitySource = est.Source[cand.Model]
 	}
+	d.EstimateMemo = est.Memo
 	if b := budgetOf(r); b > 0 && v.inst.PriceOutPerMTok > 0 {
 		afford := (b - v.inst.CostUSD(float64(r.PromptTokens), 0)) / (v.inst.PriceOutPerMTok / 1e6)
 		mt := max(1, int(math.Floor(afford)))
@@ -873,8 +874,13 @@ func (c *Core) Release(now time.Time, t *Ticket, o routing.Outcome) {
 	if o.Err != nil {
 		return
 	}
-	if lo, ok := c.deps.Estimator.(LengthObserver); ok && o.OutputTokens > 0 {
-		lo.ObserveLength(t.Req.Prompt, t.Decision.Instance.Model, o.OutputTokens)
+	if o.OutputTokens > 0 {
+		switch lo := c.deps.Estimator.(type) {
+		case MemoLengthObserver:
+			lo.ObserveLengthMemo(t.Decision.EstimateMemo, t.Req.Prompt, t.Decision.Instance.Model, o.OutputTokens)
+		case LengthObserver:
+			lo.ObserveLength(t.Req.Prompt, t.Decision.Instance.Model, o.OutputTokens)
+		}
 	}
 	if lo, ok := c.deps.Latency.(LatencyObserver); ok {
 		if tpot, ttft, ok := latencySample(o, t.spec.TTFT); ok {

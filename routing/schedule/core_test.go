@@ -706,3 +706,49 @@ func TestTTFTLearnsAtPredictedLoad(t *testing.T) {
 		t.Errorf("observed/predicted TTFT after 39 observations = %.3f (TTFT̂ %v), want 1 ± 0.05", r, last.PredictedTTFT)
 	}
 }
+
+// memoEstimator is tableEstimator that hands out memos and records the
+// length observations it receives.
+type memoEstimator struct {
+	tableEstimator
+	next  uint64
+	memos []uint64
+	plain int
+}
+
+func (e *memoEstimator) Estimate(ctx context.Context, prompts []string, models []string, priors []float64, out []routing.PromptEstimate) error {
+	if err := e.tableEstimator.Estimate(ctx, prompts, models, priors, out); err != nil {
+		return err
+	}
+	for j := range out {
+		e.next++
+		out[j].Memo = 100 + e.next
+	}
+	return nil
+}
+
+func (e *memoEstimator) ObserveLengthMemo(memo uint64, _, _ string, _ int) {
+	e.memos = append(e.memos, memo)
+}
+
+func (e *memoEstimator) ObserveLength(string, string, int) { e.plain++ }
+
+// TestReleaseHandsBackTheMemo: the estimate's memo travels with the
+// decision to Release, which passes it to the estimator (and never the
+// prompt-only ObserveLength when the memo form exists).
+func TestReleaseHandsBackTheMemo(t *testing.T) {
+	c, est, lat := twoTier()
+	me := &memoEstimator{tableEstimator: *est}
+	core := newCore(t, Config{}, Deps{Estimator: me, Latency: lat}, c)
+	tks := assign(core, t0,
+		&routing.Request{ID: "a", Prompt: "q", PromptTokens: 10},
+		&routing.Request{ID: "b", Prompt: "q", PromptTokens: 10})
+	// Release in the reverse order: each gets its own memo back.
+	for i := len(tks) - 1; i >= 0; i-- {
+		core.Release(t0.Add(time.Second), tks[i], routing.Outcome{OutputTokens: 7, E2E: time.Second})
+	}
+	want := []uint64{tks[1].Decision.EstimateMemo, tks[0].Decision.EstimateMemo}
+	if diff := cmp.Diff(want, me.memos); diff != "" || me.plain != 0 || want[0] == want[1] || want[0] < 101 {
+		t.Errorf("memos observed (-want +got):\n%s\nplain observations %d; memos %v", diff, me.plain, want)
+	}
+}
