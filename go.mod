@@ -15,6 +15,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.73.1
 	github.com/qdrant/go-client v1.17.1
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stripe/stripe-go/v76 v76.25.0
 	github.com/viterin/vek v0.4.2
 	go.opentelemetry.io/otel v1.47.0
@@ -61,7 +62,6 @@ require (
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/pandatix/go-abnf v0.5.3 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/rogpeppe/go-internal v1.16.0 // indirect
