@@ -39,6 +39,7 @@ import (
 //	DELETE /clusters/{id}/instances/{iid}  → 204
 //	GET    /settings                       → settings
 //	PUT    /settings                       {default_cluster_id?,preset,weights?,slo?,limits?} → settings (full replacement)
+//	GET    /catalog                        → {gpus, models} suggestions for the instance form
 //	PATCH  /settings                       any subset of those fields → settings (absent = unchanged)
 func (s *Server) mountManagement(r fiber.Router) {
 	r.Post("/signup", s.signup)
@@ -71,6 +72,7 @@ func (s *Server) mountManagement(r fiber.Router) {
 	a.Get("/settings", s.getSettings)
 	a.Put("/settings", s.putSettings)
 	a.Patch("/settings", s.patchSettings)
+	a.Get("/catalog", s.catalog)
 }
 
 // authed registers routes behind the session check.

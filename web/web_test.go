@@ -1,6 +1,8 @@
 package web
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"io/fs"
 	"path"
 	"regexp"
@@ -103,4 +105,32 @@ func TestNoInlineCode(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestVendoredUPlotUnmodified checks the vendored uPlot files against the
+// SHA-256 sums recorded in static/vendor/uplot/README.md, which names the
+// npm tarball they were copied from, so a local edit cannot slip in.
+func TestVendoredUPlotUnmodified(t *testing.T) {
+	fsys := Assets()
+	readme, err := fs.ReadFile(fsys, "vendor/uplot/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := regexp.MustCompile(`(?m)^([0-9a-f]{64})  (\S+)$`).FindAllStringSubmatch(string(readme), -1)
+	if len(sums) != 3 {
+		t.Fatalf("README lists %d sums, want 3 (uPlot.esm.js, uPlot.min.css, LICENSE)", len(sums))
+	}
+	for _, m := range sums {
+		b, err := fs.ReadFile(fsys, "vendor/uplot/"+m[2])
+		if err != nil {
+			t.Errorf("%s: %v", m[2], err)
+			continue
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256(b)); got != m[1] {
+			t.Errorf("vendor/uplot/%s: sha256 %s, README records %s", m[2], got, m[1])
+		}
+	}
+	if !strings.Contains(string(readme), "1.6.32") {
+		t.Error("README does not name the version")
+	}
 }

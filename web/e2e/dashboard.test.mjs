@@ -262,7 +262,7 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
     if (shares.includes(inst.model)) t.diagnostic(`overview share lists ${inst.model}`);
   }
   assert.ok(instances.some((i) => shares.includes(i.model)), `traffic share names a served model: ${shares}`);
-  assert.equal(await page.locator('figure.chart svg').count() >= 4, true, 'the time charts are drawn');
+  assert.equal(await page.locator('figure.chart .uplot canvas').count() >= 4, true, 'the time charts are drawn (uPlot canvases)');
   layout.push(...await shoot(page, 'overview'));
 
   await page.getByRole('link', { name: 'Usage & billing' }).click();

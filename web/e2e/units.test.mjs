@@ -5,7 +5,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { toPoint, fromPoint, snap, display, nudge } from '../static/js/triangle.js';
-import { niceTicks } from '../static/js/chart.js';
+import { niceTicks, bucketTime, alignSeries, fillBuckets } from '../static/js/chart.js';
+import { fmtMs, fmtUSD, fmtQ } from '../static/js/dom.js';
+import { grouping, localDay } from '../static/js/range.js';
 import { jwtExpiry } from '../static/js/session.js';
 
 const sum = (w) => w.quality + w.latency + w.cost;
@@ -76,4 +78,52 @@ test('jwtExpiry reads exp from the payload and tolerates junk', () => {
   assert.equal(jwtExpiry(`h.${payload}.s`), 1_900_000_000_000);
   assert.equal(jwtExpiry('not-a-jwt'), 0);
   assert.equal(jwtExpiry(`h.${Buffer.from('{"sub":"u"}').toString('base64url')}.s`), 0);
+});
+
+test('buckets are placed where their value holds', () => {
+  const H = 3600e3;
+  const start = Date.UTC(2026, 11, 1, 10);
+  // A finished hour: its middle; the current hour: the middle of what has elapsed.
+  assert.equal(bucketTime(start, H, start + 5 * H), start + H / 2);
+  assert.equal(bucketTime(start, H, start + 20 * 60e3), start + 10 * 60e3);
+  // A running total is known at the bucket's end, or now.
+  assert.equal(bucketTime(start, 24 * H, start + 3 * H, 'end'), start + 3 * H);
+  assert.equal(bucketTime(start, 24 * H, start + 30 * H, 'end'), start + 24 * H);
+  assert.equal(bucketTime(start, H, start, 'center'), start + H / 2);
+  assert.equal(bucketTime(start, 0, start + H), start);
+});
+
+test('series are aligned on the union of times; counts zero-filled per bucket', () => {
+  const { ts, cols } = alignSeries([{ points: [{ t: 1, y: 5 }, { t: 3, y: 7 }] }, { points: [{ t: 2, y: 1 }] }]);
+  assert.deepEqual(ts, [1, 2, 3]);
+  assert.deepEqual(cols, [[5, null, 7], [null, 1, null]]);
+  assert.deepEqual(alignSeries([{ points: [{ t: 1, y: 5 }] }, { points: [{ t: 2, y: 1 }] }], true).cols, [[5, 0], [0, 1]]);
+  const H = 3600e3;
+  const filled = fillBuckets([{ t: 2 * H, y: 4 }], 0.5 * H, 3.5 * H, H);
+  assert.deepEqual(filled, [{ t: 0, y: 0 }, { t: H, y: 0 }, { t: 2 * H, y: 4 }, { t: 3 * H, y: 0 }]);
+});
+
+test('number formats keep significant digits', () => {
+  assert.equal(fmtUSD(0), '$0.00');
+  assert.equal(fmtUSD(12.345), '$12.35');
+  assert.equal(fmtUSD(0.5), '$0.50');
+  assert.equal(fmtUSD(0.123456), '$0.123');
+  assert.equal(fmtUSD(0.0012), '$0.0012');
+  assert.equal(fmtUSD(0.000301), '$0.000301');
+  assert.equal(fmtUSD(-0.004), '-$0.004');
+  assert.equal(fmtUSD(1234.5), '$1,234.50');
+  assert.equal(fmtMs(0.4242), '0.424 ms');
+  assert.equal(fmtMs(12.34), '12.3 ms');
+  assert.equal(fmtMs(850.4), '850 ms');
+  assert.equal(fmtMs(2314), '2.31 s');
+  assert.equal(fmtMs(125000), '125 s');
+  assert.equal(fmtMs(null), '—');
+  assert.equal(fmtQ(0.5), '0.500');
+});
+
+test('the period picker buckets by hour up to three days', () => {
+  assert.deepEqual(grouping(0, 3 * 86400e3), { groupBy: 'hour', slot: 3600e3 });
+  assert.deepEqual(grouping(0, 3 * 86400e3 + 1), { groupBy: 'day', slot: 86400e3 });
+  assert.ok(Number.isNaN(localDay('2026-13-45x')));
+  assert.equal(new Date(localDay('2026-12-01')).getDate(), 1);
 });

@@ -27,9 +27,9 @@ export class ApiError extends Error {
 
 /** createApi returns get/post/put/patch/del bound to the session. */
 export function createApi(session, onSignedOut) {
-  async function request(method, path, body, { auth = true, retried = false } = {}) {
+  async function request(method, path, body, { auth = true, retried = false, raw = false } = {}) {
     if (auth) await session.ensureFresh();
-    const headers = { Accept: 'application/json' };
+    const headers = { Accept: raw ? 'text/csv, application/json' : 'application/json' };
     if (body !== undefined) headers['Content-Type'] = 'application/json';
     if (auth && session.access) headers.Authorization = `Bearer ${session.access}`;
     let res;
@@ -45,11 +45,12 @@ export function createApi(session, onSignedOut) {
       throw new ApiError(0, null, '');
     }
     if (res.status === 401 && auth) {
-      if (!retried && (await session.refresh())) return request(method, path, body, { auth, retried: true });
+      if (!retried && (await session.refresh())) return request(method, path, body, { auth, retried: true, raw });
       onSignedOut('Your session ended. Please log in again.');
       throw new ApiError(401, await safeJSON(res), '');
     }
     if (res.status === 204) return null;
+    if (raw && res.ok) return res.blob();
     const text = await res.text();
     let data = null;
     if (text) {
@@ -64,6 +65,8 @@ export function createApi(session, onSignedOut) {
     put: (p, b, o) => request('PUT', p, b, o),
     patch: (p, b, o) => request('PATCH', p, b, o),
     del: (p, o) => request('DELETE', p, undefined, o),
+    /** blob GETs a non-JSON answer (CSV) as a Blob; errors still come as ApiError. */
+    blob: (p, o) => request('GET', p, undefined, { ...o, raw: true }),
   };
 }
 

@@ -1,9 +1,14 @@
-// chart.js: a small hand-written SVG chart helper — time-series lines and
-// bars with nice axis ticks, an optional reference line (e.g. the budget),
-// a legend, and <title> tooltips. Charts render at the container's real
-// pixel width (ResizeObserver) so text stays legible from 375 px to 1440 px.
+// chart.js: time-series charts on uPlot (vendored unmodified under
+// ../vendor/uplot, MIT — see its README.md) plus horizontal share bars.
+// uPlot brings the time axis (local time, sensible tick steps), the
+// crosshair and a live legend; this module adds a hover tooltip, the
+// bucket placement of the usage API's rows, zero-filled counts, an empty
+// state and a one-point state (a single bucket is drawn as a bar on the
+// axis, never as a dot floating in an empty plot). Charts size themselves
+// to their container (ResizeObserver) and free uPlot when removed.
 
-import { h, s } from './dom.js';
+import uPlot from '../vendor/uplot/uPlot.esm.js';
+import { h } from './dom.js';
 
 /** PALETTE is the categorical colour order, chosen to stay apart for common colour-vision deficiencies. */
 export const PALETTE = ['#3b4cca', '#e07a1f', '#1f9e89', '#c2397d', '#8a6d00', '#0b7bd3', '#7c3aed', '#6b7280'];
@@ -21,142 +26,232 @@ export function niceTicks(max, count = 4, integer = false) {
   return ticks;
 }
 
-function timeTicks(min, max, n) {
-  if (max <= min) return [min];
-  const span = max - min;
-  const steps = [60e3, 300e3, 900e3, 1800e3, 3600e3, 3 * 3600e3, 6 * 3600e3, 12 * 3600e3, 86400e3, 2 * 86400e3, 7 * 86400e3];
-  const step = steps.find((st) => span / st <= n) || steps[steps.length - 1];
-  const out = [];
-  const off = new Date(min).getTimezoneOffset() * 60e3;
-  for (let t = Math.ceil((min - off) / step) * step + off; t <= max; t += step) out.push(t);
-  return out.length ? out : [min];
-}
-
-function fmtTime(t, span) {
-  const d = new Date(t);
-  if (span > 2 * 86400e3) return d.toLocaleDateString('en-US', { month: 'short', day: 'numeric' });
-  return d.toLocaleTimeString('en-US', { hour: '2-digit', minute: '2-digit', hour12: false });
+/**
+ * bucketTime places a bucket [start, start+slot) on the time axis: 'mid'
+ * at the middle of the part that has elapsed by now (so the current hour
+ * or day is not drawn in the future), 'end' at its end or now, whichever
+ * is first (a running total is known at that time), 'start' at its start,
+ * 'center' at the middle of the whole bucket (a bar spanning it).
+ */
+export function bucketTime(start, slot, now, how = 'mid') {
+  if (!slot || how === 'start') return start;
+  if (how === 'center') return start + slot / 2;
+  const end = Math.min(start + slot, Math.max(start, now));
+  return how === 'end' ? end : (start + end) / 2;
 }
 
 /**
- * timeChart returns an element that draws series over time.
- * opts: { kind: 'line'|'bar', series: [{name, points: [{t: ms, y}]}],
- *         yFormat(v) → string, ref: {y, label}, height, label (accessible name),
- *         domain: [fromMs, toMs] (default: the data's extent), integer (y ticks),
- *         slotMs (bucket width: points are drawn at the bucket's middle) }.
+ * alignSeries turns [{points: [{t, y}]}] into uPlot's columns: the sorted
+ * union of times (ms) and one value array per series (null where a series
+ * has no point). With zeroFill, a series' missing times are 0 instead.
+ */
+export function alignSeries(series, zeroFill = false) {
+  const ts = [...new Set(series.flatMap((se) => se.points.map((p) => p.t)))].sort((a, b) => a - b);
+  const idx = new Map(ts.map((t, i) => [t, i]));
+  const cols = series.map((se) => {
+    const col = new Array(ts.length).fill(zeroFill ? 0 : null);
+    for (const p of se.points) if (p.y !== null && p.y !== undefined && !Number.isNaN(p.y)) col[idx.get(p.t)] = p.y;
+    return col;
+  });
+  return { ts, cols };
+}
+
+/** fillBuckets adds a zero point for every bucket start in [from, to) that has none (counts). */
+export function fillBuckets(points, from, to, slot) {
+  if (!slot || !(to > from)) return points;
+  const have = new Set(points.map((p) => p.t));
+  const out = [...points];
+  // Buckets are aligned to UTC hours / days like the server's group_by.
+  for (let t = Math.floor(from / slot) * slot; t < to; t += slot) if (!have.has(t)) out.push({ t, y: 0 });
+  return out.sort((a, b) => a.t - b.t);
+}
+
+function fmtWhen(ms, slot) {
+  const d = new Date(ms);
+  if (slot >= 86400e3) return d.toLocaleDateString('en-US', { timeZone: 'UTC', weekday: 'short', month: 'short', day: 'numeric' });
+  return d.toLocaleString('en-US', { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', hour12: false });
+}
+
+/**
+ * timeChart returns a <figure> that draws series over time.
+ * opts: { kind: 'line'|'bar', series: [{name, points: [{t: bucket start ms, y}]}],
+ *         yFormat(v) → string, ref: {y, label}, height, caption, label (accessible name),
+ *         domain: [fromMs, toMs], integer (whole-number y ticks), slotMs (bucket width),
+ *         place: 'mid'|'end'|'start' (see bucketTime), zeroFill (missing buckets are 0),
+ *         now (ms, default Date.now()), empty (text) }.
  */
 export function timeChart(opts) {
   const box = h('div', { class: 'chart-box' });
-  const fig = h('figure', { class: 'chart' }, box);
-  const series = opts.series.filter((se) => se.points.length);
-  if (opts.caption) fig.prepend(h('figcaption', {}, opts.caption));
+  const fig = h('figure', { class: 'chart' }, opts.caption ? h('figcaption', {}, opts.caption) : null, box);
+  const now = opts.now ?? Date.now();
+  const slot = opts.slotMs || 0;
+  let series = opts.series.filter((se) => se.points.length);
   if (!series.length) {
+    fig.classList.add('chart-empty');
     box.append(h('p', { class: 'empty' }, opts.empty || 'No data in this period yet.'));
     return fig;
   }
-  if (series.length > 1 || opts.ref) {
-    fig.append(h('ul', { class: 'legend' },
-      series.map((se, i) => h('li', {}, swatch(se.color || PALETTE[i % PALETTE.length]), se.name)),
-      opts.ref ? h('li', {}, swatch('#b42318', true), opts.ref.label) : null));
+  if (opts.zeroFill && opts.domain) {
+    series = series.map((se) => ({ ...se, points: fillBuckets(se.points, opts.domain[0], opts.domain[1], slot) }));
   }
-  let lastW = 0;
-  const draw = () => {
-    const w = Math.max(260, Math.floor(box.clientWidth || 600));
-    if (w === lastW) return;
-    lastW = w;
-    box.replaceChildren(svgChart(w, opts, series));
+  // A bar spans its whole bucket; a line point sits where its value holds.
+  let place = opts.place || (opts.kind === 'bar' ? 'center' : 'mid');
+  // One bucket only: a lone dot in an empty plot says little, so a line
+  // chart draws the value as a level over its bucket (start to end or now).
+  const startsAll = new Set(series.flatMap((se) => se.points.map((p) => p.t)));
+  const single = startsAll.size === 1 && opts.kind !== 'bar' && slot > 0;
+  if (single) {
+    series = series.map((se) => ({ ...se, points: se.points.flatMap((p) => [{ t: p.t, y: p.y, start: p.t }, { t: Math.max(p.t + 1, Math.min(p.t + slot, now)), y: p.y, start: p.t }]) }));
+    place = 'raw';
+  }
+  const placed = series.map((se) => ({ ...se, points: se.points.map((p) => ({ t: place === 'raw' ? p.t : bucketTime(p.t, slot, now, place), y: p.y, start: p.start ?? p.t })) }));
+  const { ts, cols } = alignSeries(placed, !!opts.zeroFill);
+  const starts = new Map(placed.flatMap((se) => se.points.map((p) => [p.t, p.start])));
+  const bar = opts.kind === 'bar';
+  const fmt = opts.yFormat || ((v) => String(v));
+  let ymax = 0;
+  for (const c of cols) for (const v of c) if (v > ymax) ymax = v;
+  if (opts.ref && opts.ref.y > ymax) ymax = opts.ref.y;
+  const height = opts.height || 200;
+  const ticks = niceTicks(ymax * 1.05 || 1, height < 180 ? 3 : 4, !!opts.integer);
+  const ytop = ticks[ticks.length - 1];
+
+  let xmin = ts[0]; let xmax = ts[ts.length - 1];
+  if (opts.domain) { xmin = Math.min(xmin, opts.domain[0]); xmax = Math.max(xmax, opts.domain[1]); }
+  if (bar && slot) { xmin = Math.min(xmin, ts[0] - slot / 2); xmax = Math.max(xmax, ts[ts.length - 1] + slot / 2); }
+  if (xmax <= xmin) { xmin -= slot || 3600e3; xmax += slot || 3600e3; }
+
+  const data = [ts.map((t) => t / 1000), ...cols];
+  const useries = [{
+    label: 'Time',
+    value: (u, v) => (v === null || v === undefined ? '—' : fmtWhen(starts.get(v * 1000) ?? v * 1000, slot)),
+  }];
+  placed.forEach((se, i) => {
+    const color = se.color || PALETTE[i % PALETTE.length];
+    const s = {
+      label: se.name, stroke: color, width: single ? 3 : 2,
+      value: (u, v) => (v === null || v === undefined ? '—' : fmt(v)),
+      spanGaps: false,
+      points: { show: (u, si) => single || countShown(u.data[si]) <= 3, size: single ? 6 : 7, fill: color },
+    };
+    if (bar) {
+      // Bars are 75 % of the bucket spacing, at most 48 px (one bucket alone).
+      s.paths = uPlot.paths.bars({ size: [0.75, 48, 2], align: 0 });
+      s.fill = `${color}cc`;
+      s.points = { show: false };
+    } else if (opts.area) {
+      s.fill = `${color}22`;
+    }
+    useries.push(s);
+  });
+  if (opts.ref && opts.ref.y > 0) {
+    data.push(ts.map(() => opts.ref.y));
+    useries.push({ label: opts.ref.label, stroke: '#b42318', width: 1.5, dash: [6, 4], points: { show: false }, value: () => fmt(opts.ref.y) });
+  }
+
+  const tip = h('div', { class: 'chart-tip', role: 'presentation', hidden: true });
+  if (single) {
+    const only = [...startsAll][0];
+    fig.append(h('p', { class: 'chart-note' }, `Only ${slot >= 86400e3 ? 'one day' : 'one hour'} has data so far (${fmtWhen(only, slot)}); it is drawn as a level over that ${slot >= 86400e3 ? 'day' : 'hour'}.`));
+  }
+  const uopts = {
+    width: 600, height,
+    class: 'rb-uplot',
+    scales: {
+      x: { time: true, range: [xmin / 1000, xmax / 1000] },
+      y: { range: [0, ytop] },
+    },
+    series: useries,
+    axes: [
+      { stroke: '#5b6475', grid: { stroke: '#eceef4', width: 1 }, ticks: { stroke: '#d5d9e3', width: 1, size: 4 }, font: '11px system-ui, sans-serif' },
+      {
+        stroke: '#5b6475', grid: { stroke: '#eceef4', width: 1 }, ticks: { show: false }, font: '11px system-ui, sans-serif',
+        splits: () => ticks, values: (u, vals) => vals.map(fmt),
+        size: Math.max(40, Math.ceil(Math.max(...ticks.map((v) => fmt(v).length)) * 6.6) + 14),
+      },
+    ],
+    // Names only: the tooltip shows the hovered values.
+    legend: { show: useries.length > 2, live: false },
+    cursor: { drag: { x: false, y: false }, points: { size: 8 } },
+    plugins: [tooltipPlugin(tip, useries, fmt, slot, starts, single)],
   };
-  const ro = new ResizeObserver(draw);
+
+  let u = null;
+  let lastW = 0;
+  const ro = new ResizeObserver(() => {
+    if (!fig.isConnected) { ro.disconnect(); if (u) { u.destroy(); u = null; } return; }
+    const w = Math.floor(box.clientWidth);
+    if (!w || w === lastW) return;
+    lastW = w;
+    if (!u) {
+      uopts.width = w;
+      u = new uPlot(uopts, data, box);
+      u.over.append(tip);
+      box.setAttribute('role', 'img');
+      box.setAttribute('aria-label', describe(opts, placed, fmt, slot));
+    } else {
+      u.setSize({ width: w, height });
+    }
+  });
   ro.observe(box);
-  requestAnimationFrame(draw);
   return fig;
 }
 
-function swatch(color, dashed) {
-  const sw = h('span', { class: dashed ? 'swatch dashed' : 'swatch', 'aria-hidden': 'true' });
-  sw.style.setProperty('--c', color);
-  return sw;
+function countShown(col) {
+  let n = 0;
+  for (const v of col) if (v !== null && v !== undefined) n++;
+  return n;
 }
 
-function svgChart(w, opts, series) {
-  const H = opts.height || 200;
-  const fmt = opts.yFormat || ((v) => String(v));
-  const m = { l: 56, r: 14, t: 10, b: 26 };
-  let tmin = Infinity; let tmax = -Infinity; let ymax = 0;
-  for (const se of series) for (const p of se.points) {
-    tmin = Math.min(tmin, p.t); tmax = Math.max(tmax, p.t); ymax = Math.max(ymax, p.y || 0);
-  }
-  if (opts.ref && opts.ref.y > 0) ymax = Math.max(ymax, opts.ref.y);
-  const bar = opts.kind === 'bar';
-  const slot = opts.slotMs || 3600e3;
-  // Points are bucket starts; draw them at the bucket's middle.
-  const mid = opts.slotMs ? slot / 2 : 0;
-  tmin += mid; tmax += mid;
-  if (opts.domain) {
-    tmin = Math.min(tmin, opts.domain[0]);
-    tmax = Math.max(tmax, opts.domain[1]);
-  } else {
-    if (bar) { tmin -= slot / 2; tmax += slot / 2; }
-    if (tmax === tmin) { tmin -= slot; tmax += slot; }
-  }
-  const yt = niceTicks(ymax * 1.05 || 1, H - m.t - m.b < 150 ? 3 : 4, !!opts.integer);
-  const ytop = yt[yt.length - 1];
-  // Room for the longest y label (11 px text, about 6.5 px per character).
-  m.l = Math.max(40, Math.ceil(Math.max(...yt.map((v) => fmt(v).length)) * 6.5) + 12);
-  const pw = w - m.l - m.r;
-  const ph = H - m.t - m.b;
-  const X = (t) => m.l + ((t - tmin) / (tmax - tmin)) * pw;
-  const Y = (v) => m.t + ph - (v / ytop) * ph;
-  const svg = s('svg', { width: w, height: H, viewBox: `0 0 ${w} ${H}`, role: 'img', 'aria-label': opts.label || opts.caption || 'chart' });
-  for (const v of yt) {
-    svg.append(s('line', { x1: m.l, x2: w - m.r, y1: Y(v), y2: Y(v), class: 'grid' }));
-    svg.append(s('text', { x: m.l - 6, y: Y(v) + 4, 'text-anchor': 'end', class: 'tick' }, fmt(v)));
-  }
-  const span = tmax - tmin;
-  for (const t of timeTicks(tmin, tmax, Math.max(2, Math.floor(pw / 90)))) {
-    const x = X(t);
-    const anchor = x > w - m.r - 24 ? 'end' : x < m.l + 24 ? 'start' : 'middle';
-    svg.append(s('text', { x, y: H - 8, 'text-anchor': anchor, class: 'tick' }, fmtTime(t, span)));
-  }
-  svg.append(s('line', { x1: m.l, x2: w - m.r, y1: Y(0), y2: Y(0), class: 'axis' }));
-  series.forEach((se, i) => {
-    const color = se.color || PALETTE[i % PALETTE.length];
-    const pts = [...se.points].sort((a, b) => a.t - b.t);
-    if (bar) {
-      const n = series.length;
-      const bw = Math.max(2, Math.min(40, (X(tmin + slot) - X(tmin)) * 0.8 / n));
-      for (const p of pts) {
-        const x = X(p.t + mid) - (bw * n) / 2 + i * bw;
-        svg.append(s('rect', { x, y: Y(p.y || 0), width: bw, height: Math.max(0, Y(0) - Y(p.y || 0)), fill: color },
-          s('title', {}, `${se.name}: ${fmt(p.y)} at ${new Date(p.t).toLocaleString()}`)));
-      }
-    } else {
-      const d = pts.map((p, k) => `${k ? 'L' : 'M'}${X(p.t + mid).toFixed(1)},${Y(p.y || 0).toFixed(1)}`).join('');
-      svg.append(s('path', { d, fill: 'none', stroke: color, 'stroke-width': 2, 'stroke-linejoin': 'round' }));
-      if (pts.length <= 60) {
-        for (const p of pts) {
-          svg.append(s('circle', { cx: X(p.t + mid), cy: Y(p.y || 0), r: 3, fill: color },
-            s('title', {}, `${se.name}: ${fmt(p.y)} at ${new Date(p.t).toLocaleString()}`)));
-        }
-      }
-    }
+/** describe is the chart's text alternative: the series and their last values. */
+function describe(opts, series, fmt, slot) {
+  const parts = series.map((se) => {
+    const last = se.points[se.points.length - 1];
+    return `${se.name}: ${se.points.length} point${se.points.length === 1 ? '' : 's'}${last ? `, last ${fmt(last.y)} at ${fmtWhen(last.start, slot)}` : ''}`;
   });
-  if (opts.ref && opts.ref.y > 0) {
-    svg.append(s('line', { x1: m.l, x2: w - m.r, y1: Y(opts.ref.y), y2: Y(opts.ref.y), class: 'ref' },
-      s('title', {}, `${opts.ref.label}: ${fmt(opts.ref.y)}`)));
-  }
-  return svg;
+  return `${opts.label || opts.caption || 'chart'} — ${parts.join('; ')}`;
+}
+
+/** tooltipPlugin shows the hovered bucket's values next to the cursor. */
+function tooltipPlugin(tip, useries, fmt, slot, starts, single) {
+  return {
+    hooks: {
+      setCursor: (u) => {
+        const i = u.cursor.idx;
+        if (i === null || i === undefined || u.cursor.left < 0) { tip.hidden = true; return; }
+        const t = u.data[0][i] * 1000;
+        const rows = [];
+        for (let s = 1; s < useries.length; s++) {
+          const v = u.data[s][i];
+          if (v === null || v === undefined || !u.series[s].show) continue;
+          const sw = h('span', { class: 'swatch', 'aria-hidden': 'true' });
+          sw.style.setProperty('--c', useries[s].stroke);
+          rows.push(h('div', { class: 'chart-tip-row' }, sw, h('span', {}, useries[s].label), h('b', {}, fmt(v))));
+        }
+        if (!rows.length) { tip.hidden = true; return; }
+        tip.replaceChildren(h('div', { class: 'chart-tip-when' }, fmtWhen(starts.get(t) ?? t, slot),
+          slot ? h('span', { class: 'muted' }, slot >= 86400e3 ? ' (UTC day)' : ' (hour)') : null), ...rows,
+        single ? h('div', { class: 'chart-tip-note' }, `only this ${slot >= 86400e3 ? 'day' : 'hour'} has data so far`) : null);
+        tip.hidden = false;
+        const left = u.cursor.left; const top = u.cursor.top;
+        const w = u.over.clientWidth;
+        const tw = tip.offsetWidth;
+        tip.style.left = `${Math.max(0, Math.min(w - tw, left + 12 + tw > w ? left - tw - 12 : left + 12))}px`;
+        tip.style.top = `${Math.max(0, top - 10)}px`;
+      },
+    },
+  };
 }
 
 /**
  * shareBars draws each item's share of the total as a horizontal bar.
  * items: [{label, value}] — sorted largest first.
  */
-export function shareBars(items, { caption, format } = {}) {
+export function shareBars(items, { caption, format, empty } = {}) {
   const total = items.reduce((a, it) => a + (it.value || 0), 0);
   const fig = h('figure', { class: 'chart share' }, caption ? h('figcaption', {}, caption) : null);
   if (!total) {
-    fig.append(h('p', { class: 'empty' }, 'No traffic in this period yet.'));
+    fig.append(h('p', { class: 'empty' }, empty || 'No traffic in this period yet.'));
     return fig;
   }
   const list = h('ul', { class: 'share-list' });
@@ -165,8 +260,8 @@ export function shareBars(items, { caption, format } = {}) {
     const fill = h('span', { class: 'share-fill' });
     fill.style.width = `${(frac * 100).toFixed(2)}%`;
     fill.style.background = PALETTE[i % PALETTE.length];
-    list.append(h('li', {},
-      h('span', { class: 'share-label', title: it.label }, it.label),
+    list.append(h('li', { title: `${it.label}: ${(frac * 100).toFixed(1)} %${format ? ` (${format(it.value)})` : ''}` },
+      h('span', { class: 'share-label' }, it.label),
       h('span', { class: 'share-track', role: 'img', 'aria-label': `${it.label}: ${(frac * 100).toFixed(1)} percent` }, fill),
       h('span', { class: 'share-val' }, `${(frac * 100).toFixed(1)} %`, format ? h('small', {}, ` ${format(it.value)}`) : null)));
   });

@@ -144,19 +144,35 @@ export function fmtNum(n, d = 2) {
   if (n === null || n === undefined || Number.isNaN(n)) return '—';
   return Number(n).toLocaleString('en-US', { maximumFractionDigits: d });
 }
-/** fmtMs formats a duration in milliseconds: 850 ms, 2.31 s. */
+// Precision rules, the same on every page: counts are whole numbers with
+// separators; durations and dollars keep three significant digits (dollars
+// at least two decimals, two decimals from $1 up); quality scores three
+// decimals; shares one decimal.
+
+/** sig3 rounds to three significant digits. */
+function sig3(v) { return Number(Number(v).toPrecision(3)); }
+
+/** fmtMs formats a duration in milliseconds: 0.42 ms, 12.3 ms, 850 ms, 2.31 s, 12.4 s, 125 s. */
 export function fmtMs(ms) {
   if (ms === null || ms === undefined || Number.isNaN(ms)) return '—';
-  if (Math.abs(ms) < 1000) return `${fmtNum(ms, ms < 10 ? 2 : 0)} ms`;
-  return `${fmtNum(ms / 1000, 2)} s`;
+  const a = Math.abs(ms);
+  if (a === 0) return '0 ms';
+  if (a < 999.5) return `${sig3(ms).toLocaleString('en-US', { maximumFractionDigits: 3 })} ms`;
+  return `${sig3(ms / 1000).toLocaleString('en-US', { maximumFractionDigits: 2 })} s`;
 }
-/** fmtUSD formats dollars; amounts under a cent keep their significant digits. */
+/** fmtUSD formats dollars: $12.35, $0.50, $0.123, $0.0012 (never "$0.00" for a non-zero amount). */
 export function fmtUSD(v) {
   if (v === null || v === undefined || Number.isNaN(v)) return '—';
   const a = Math.abs(v);
-  if (a > 0 && a < 0.01) return `$${Number(v).toPrecision(2)}`;
-  return `$${Number(v).toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
+  const sign = v < 0 ? '-' : '';
+  if (a === 0 || a >= 1) return `${sign}$${a.toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
+  const dec = Math.max(2, 2 - Math.floor(Math.log10(a)));
+  let t = a.toFixed(Math.min(dec, 20));
+  while (t.length > t.indexOf('.') + 3 && t.endsWith('0')) t = t.slice(0, -1);
+  return `${sign}$${t}`;
 }
+/** fmtQ formats a quality score 0..1 with three decimals. */
+export const fmtQ = (v) => (v === null || v === undefined || Number.isNaN(v) ? '—' : Number(v).toFixed(3));
 /** fmtPct formats a share 0..1 as a percentage. */
 export const fmtPct = (v) => (v === null || v === undefined || Number.isNaN(v) ? '—' : `${fmtNum(v * 100, 1)} %`);
 /** fmtAgo formats the time since an ISO date: "3 min ago". */

@@ -12,6 +12,7 @@ const routes = {
   '/overview': { load: () => import('./pages/overview.js'), title: 'Overview' },
   '/cluster': { load: () => import('./pages/cluster.js'), title: 'Cluster' },
   '/routing': { load: () => import('./pages/routing.js'), title: 'Routing' },
+  '/requests': { load: () => import('./pages/requests.js'), title: 'Requests' },
   '/keys': { load: () => import('./pages/keys.js'), title: 'API keys' },
   '/usage': { load: () => import('./pages/usage.js'), title: 'Usage & billing' },
   '/docs': { load: () => import('./pages/docs.js'), title: 'Docs' },

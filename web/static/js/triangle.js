@@ -117,10 +117,15 @@ export function trianglePicker({ value, onInput, onChange, markers = [] }) {
   s('text', { x: CORNER.cost.x + 4, y: CORNER.cost.y + 24, 'text-anchor': 'end', class: 'tri-label' }, 'Cost'),
   markers.map((m) => {
     const p = toPoint(m.w);
-    return s('g', { class: 'tri-marker' }, s('circle', { cx: p.x, cy: p.y, r: 4 }),
-      s('text', { x: p.x + 7, y: p.y + 4 }, m.label));
+    return s('g', { class: 'tri-marker' }, s('circle', { cx: p.x, cy: p.y, r: 4 }));
   }),
-  focusRing, handle);
+  focusRing, handle,
+  // Preset labels are drawn after the handle, clear of its radius and with
+  // a halo, so the handle resting on a preset never hides its letter.
+  markers.map((m) => {
+    const p = toPoint(m.w);
+    return s('text', { x: p.x + 14, y: p.y + 4, class: 'tri-marker-label' }, m.label);
+  }));
 
   const readout = h('p', { class: 'tri-readout', id: labelId });
 

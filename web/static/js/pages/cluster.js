@@ -7,7 +7,16 @@ import { list } from '../api.js';
 import { loadClusters, rememberCluster } from '../data.js';
 
 const STATE_MS = 3000;
-const GPUS = ['H100-80G', 'H200', 'A100-80G', 'A100-40G', 'L40S', 'A10G', 'L4', 'RTX-4090', 'T4'];
+// Used when the server has no GET /api/v1/catalog (its list is richer).
+const GPUS = ['h100-80g', 'a100-80g', 'a100-40g', 'l40s-48g', 'a30-24g', 'a10g-24g', 'l4-24g', 'v100-32g', 't4-16g'].map((id) => ({ id, label: id }));
+
+/** loadCatalog reads GET /api/v1/catalog: {gpus, models}. */
+async function loadCatalog(ctx) {
+  try {
+    const c = await ctx.api.get('/catalog');
+    return { gpus: c.gpus && c.gpus.length ? c.gpus : GPUS, models: c.models || [] };
+  } catch { return { gpus: GPUS, models: [] }; }
+}
 
 export function render(ctx) {
   const root = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
@@ -101,7 +110,7 @@ export function render(ctx) {
     }
 
     function instanceTable(insts) {
-      return h('div', { class: 'table-wrap' }, h('table', { class: 'table' },
+      return h('div', { class: 'table-wrap' }, h('table', { class: 'table cards', id: 'instances-table' },
         h('caption', { class: 'sr-only' }, 'Registered instances'),
         h('thead', {}, h('tr', {}, ['Base URL', 'Model', 'GPU', 'TP', 'In $/Mtok', 'Out $/Mtok', 'Max conc.', 'Status', ''].map((c) => h('th', { scope: 'col' }, c)))),
         h('tbody', {}, insts.map((i) => {
@@ -129,11 +138,11 @@ export function render(ctx) {
             } catch (e) { toast(`Could not delete: ${e.message}`, 'error'); }
           });
           return h('tr', { class: i.disabled ? 'is-disabled' : '' },
-            h('td', { class: 'mono wrap' }, i.base_url), h('td', {}, i.model), h('td', {}, i.gpu || '—'),
-            h('td', { class: 'num' }, i.tensor_parallel || 1),
-            h('td', { class: 'num' }, fmtUSD(i.price_in_per_mtok)), h('td', { class: 'num' }, fmtUSD(i.price_out_per_mtok)),
-            h('td', { class: 'num' }, i.max_concurrency ? fmtInt(i.max_concurrency) : 'default'),
-            h('td', {}, i.disabled ? h('span', { class: 'badge badge-off' }, 'disabled') : h('span', { class: 'badge badge-on' }, 'enabled')),
+            h('td', { class: 'mono wrap url-cell', 'data-label': 'Base URL' }, i.base_url), h('td', { 'data-label': 'Model' }, i.model), h('td', { 'data-label': 'GPU' }, i.gpu || '—'),
+            h('td', { class: 'num', 'data-label': 'TP' }, i.tensor_parallel || 1),
+            h('td', { class: 'num', 'data-label': 'In $/Mtok' }, fmtUSD(i.price_in_per_mtok)), h('td', { class: 'num', 'data-label': 'Out $/Mtok' }, fmtUSD(i.price_out_per_mtok)),
+            h('td', { class: 'num', 'data-label': 'Max conc.' }, i.max_concurrency ? fmtInt(i.max_concurrency) : 'default'),
+            h('td', { 'data-label': 'Status' }, i.disabled ? h('span', { class: 'badge badge-off' }, 'disabled') : h('span', { class: 'badge badge-on' }, 'enabled')),
             h('td', { class: 'row-actions' }, edit, toggle, del));
         }))));
     }
@@ -239,12 +248,15 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
   const editing = !!inst;
   const v = inst || {};
   const num = (name, attrs) => h('input', { name, type: 'number', inputmode: 'decimal', ...attrs });
-  const gpuList = h('datalist', { id: 'gpu-list' }, GPUS.map((g) => h('option', { value: g })));
+  const gpuList = h('datalist', { id: 'gpu-list' }, GPUS.map((g) => h('option', { value: g.id }, g.label)));
+  const modelList = h('datalist', { id: 'model-list' });
+  let catalog = { gpus: GPUS, models: [] };
+  let served = []; // model ids from the last Test connection
   const f = {
     base_url: field('Base URL', h('input', { name: 'base_url', type: 'url', required: true, placeholder: 'http://10.0.0.5:8000', value: v.base_url || '', autocomplete: 'off' }),
       { hint: 'The vLLM server’s OpenAI-compatible root (without /v1).', wide: true }),
-    model: field('Served model name', h('input', { name: 'model', required: true, placeholder: 'Qwen/Qwen2.5-7B-Instruct', value: v.model || '', autocomplete: 'off' }), { hint: 'As vLLM reports it in /v1/models.' }),
-    gpu: field('GPU type', h('input', { name: 'gpu', list: 'gpu-list', placeholder: 'A100-80G', value: v.gpu || '', autocomplete: 'off' })),
+    model: field('Served model name', h('input', { name: 'model', required: true, list: 'model-list', placeholder: 'Qwen/Qwen2.5-7B-Instruct', value: v.model || '', autocomplete: 'off' }), { hint: 'As vLLM reports it in /v1/models — Test connection lists them.' }),
+    gpu: field('GPU type', h('input', { name: 'gpu', list: 'gpu-list', placeholder: 'a100-80g', value: v.gpu || '', autocomplete: 'off' }), { hint: 'Pick a known tier or type your own.' }),
     tensor_parallel: field('Tensor-parallel size', num('tensor_parallel', { min: 1, max: 64, step: 1, value: v.tensor_parallel || 1 })),
     price_in_per_mtok: field('Input price ($ per 1M tokens)', num('price_in_per_mtok', { min: 0, step: 'any', value: v.price_in_per_mtok ?? '' })),
     price_out_per_mtok: field('Output price ($ per 1M tokens)', num('price_out_per_mtok', { min: 0, step: 'any', value: v.price_out_per_mtok ?? '' })),
@@ -257,17 +269,19 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
   const saveBtn = h('button', { type: 'submit', class: 'btn btn-primary' }, editing ? 'Save changes' : 'Register instance');
   const cancelBtn = h('button', { type: 'button', class: 'btn btn-ghost' }, 'Cancel');
   const result = h('div', { class: 'test-result', 'aria-live': 'polite' });
+  const suggest = h('div', { class: 'price-suggest', 'aria-live': 'polite' });
   const formErr = h('p', { class: 'form-error', role: 'alert' });
   cancelBtn.addEventListener('click', onCancel);
 
   const form = h('form', { class: 'instance-form', novalidate: true },
     h('h3', {}, editing ? `Edit ${v.model}` : 'Register an instance'),
-    gpuList,
+    gpuList, modelList,
     h('div', { class: 'form-grid' }, Object.values(f).map((x) => x.el)),
+    suggest,
     result, formErr,
     h('div', { class: 'actions' }, testBtn, saveBtn, cancelBtn));
 
-  function values() {
+  function values({ forTest = false } = {}) {
     for (const x of Object.values(f)) x.clear();
     formErr.textContent = '';
     const out = {};
@@ -282,7 +296,12 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
     }
     out.base_url = url.replace(/\/+$/, '');
     out.model = f.model.control.value.trim();
-    if (!out.model) { f.model.setError('Enter the served model name.'); bad = true; }
+    if (!out.model && !forTest) { f.model.setError('Enter the served model name (Test connection lists what the server serves).'); bad = true; }
+    if (forTest) {
+      const key = f.api_key.control.value;
+      if (key) out.api_key = key;
+      return bad ? null : out;
+    }
     out.gpu = f.gpu.control.value.trim();
     const numv = (key, { int, min, max, dflt }) => {
       const raw = f[key].control.value.trim();
@@ -311,8 +330,49 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
     if (target) { target.setError(err.fieldMessage); target.control.focus(); } else formErr.textContent = err.message;
   }
 
+  /** useModel fills the model field (and the suggestions that follow from it). */
+  function useModel(id) {
+    f.model.control.value = id;
+    f.model.clear();
+    showSuggestion();
+  }
+
+  /** showSuggestion offers known prices and shape for the typed model (on the typed GPU if known). */
+  function showSuggestion() {
+    const model = f.model.control.value.trim();
+    const gpu = f.gpu.control.value.trim().toLowerCase();
+    const cands = catalog.models.filter((m) => m.model === model);
+    const m = cands.find((c) => c.gpu === gpu) || cands[0];
+    if (!m) { replace(suggest); return; }
+    const apply = h('button', { type: 'button', class: 'btn btn-small' }, 'Use these');
+    apply.addEventListener('click', () => {
+      f.price_in_per_mtok.control.value = m.price_in_per_mtok;
+      f.price_out_per_mtok.control.value = m.price_out_per_mtok;
+      if (!f.gpu.control.value.trim()) f.gpu.control.value = m.gpu;
+      if (!f.max_concurrency.control.value && m.max_concurrency) f.max_concurrency.control.value = m.max_concurrency;
+      if ((f.tensor_parallel.control.value === '' || f.tensor_parallel.control.value === '1') && m.tensor_parallel > 1) f.tensor_parallel.control.value = m.tensor_parallel;
+      toast('Filled in the suggested prices.');
+    });
+    replace(suggest, h('p', { class: 'note small', id: 'price-suggestion' },
+      h('strong', {}, 'Suggested '), `for ${m.model} on ${m.gpu}`, m.source === 'yours' ? ' (as you registered it before)' : ' (the reference cluster shipped with RouteBalance)', ': ',
+      `${fmtUSD(m.price_in_per_mtok)} in / ${fmtUSD(m.price_out_per_mtok)} out per 1M tokens`,
+      m.tensor_parallel > 1 ? `, TP ${m.tensor_parallel}` : '', m.max_concurrency ? `, max concurrency ${m.max_concurrency}` : '', ' ', apply));
+  }
+  f.model.control.addEventListener('input', showSuggestion);
+  f.gpu.control.addEventListener('change', showSuggestion);
+  function fillModelList() {
+    const ids = [...new Set([...served, ...catalog.models.map((m) => m.model)])];
+    replace(modelList, ids.map((x) => h('option', { value: x })));
+  }
+  loadCatalog(ctx).then((c) => {
+    catalog = c;
+    replace(gpuList, c.gpus.map((g) => h('option', { value: g.id }, g.label)));
+    fillModelList();
+    showSuggestion();
+  });
+
   testBtn.addEventListener('click', async () => {
-    const body = values();
+    const body = values({ forTest: true });
     if (!body) { form.querySelector('[aria-invalid="true"]')?.focus(); return; }
     const req = { base_url: body.base_url };
     if (body.api_key) req.api_key = body.api_key;
@@ -320,8 +380,13 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
     replace(result, h('p', { class: 'muted' }, 'Checking /health and /v1/models…'));
     try {
       const r = await ctx.api.post(`/clusters/${cid}/instances/test-connection`, req);
-      replace(result, testReport(r, body.model, editing && v.has_api_key && !body.api_key));
+      served = r.model_ids || [];
+      fillModelList();
+      // One served model and nothing typed yet: that is the model.
+      if (!f.model.control.value.trim() && served.length === 1) useModel(served[0]);
+      replace(result, testReport(r, f.model.control.value.trim(), editing && v.has_api_key && !body.api_key, useModel));
     } catch (e) {
+      replace(result); // never leave "Checking…" behind an error
       if (e.notFound && !e.param) replace(result, h('p', { class: 'unavailable' }, `Test connection is not available on this server (POST /api/v1/clusters/{id}/instances/test-connection answered ${e.status}).`));
       else if (e.status === 400) fieldError(e);
       else replace(result, h('p', { class: 'alert alert-error' }, e.message));
@@ -350,22 +415,37 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
  * {ok,status,error}, models: {ok,status,error}, model_ids, latency_ms}.
  * Whether the served model is among model_ids is checked here.
  */
-function testReport(r, model, storedKeyNotUsed) {
+function testReport(r, model, storedKeyNotUsed, useModel) {
   const line = (label, c) => {
     const ok = c && c.ok;
     return h('li', { class: ok ? 'ok' : 'bad' }, h('strong', {}, label), ' — ',
       ok ? `OK (HTTP ${c.status})` : `failed${c && c.status ? ` (HTTP ${c.status})` : ''}: ${(c && c.error) || 'no answer'}`);
   };
   const ids = r.model_ids || [];
-  const found = ids.includes(model);
+  const found = !!model && ids.includes(model);
   const works = r.ok && found;
-  return h('div', { class: works ? 'alert alert-ok' : 'alert alert-error', role: 'status' },
-    h('p', {}, h('strong', {}, works ? 'Connection works.' : r.ok ? 'The server answers, but not with this model.' : 'Connection test failed.'),
+  const chips = ids.length ? h('div', { class: 'model-chips' }, h('span', { class: 'small' }, 'Served models (click to use): '),
+    ids.map((x) => {
+      const b = h('button', { type: 'button', class: x === model ? 'chip chip-on' : 'chip', 'aria-pressed': x === model ? 'true' : 'false' }, x);
+      b.addEventListener('click', () => {
+        useModel(x);
+        for (const o of b.parentElement.querySelectorAll('.chip')) { const on = o === b; o.classList.toggle('chip-on', on); o.setAttribute('aria-pressed', on ? 'true' : 'false'); }
+      });
+      return b;
+    })) : null;
+  let headline;
+  if (works) headline = 'Connection works.';
+  else if (r.ok && !model) headline = ids.length ? 'Connection works. Pick the model below.' : 'Connection works, but the server lists no model.';
+  else if (r.ok) headline = 'The server answers, but not with this model.';
+  else headline = 'Connection test failed.';
+  return h('div', { class: works || (r.ok && !model) ? 'alert alert-ok' : 'alert alert-error', role: 'status' },
+    h('p', {}, h('strong', {}, headline),
       r.latency_ms !== undefined ? ` ${fmtMs(r.latency_ms)} for both checks.` : ''),
     h('ul', { class: 'checks' },
       line('GET /health', r.health),
       line('GET /v1/models', r.models),
-      r.models && r.models.ok ? h('li', { class: found ? 'ok' : 'bad' }, h('strong', {}, 'Model'), ' — ',
-        found ? `“${model}” is served.` : `“${model}” is not among the served models: ${ids.join(', ') || '(none)'}`) : null),
+      r.models && r.models.ok && model ? h('li', { class: found ? 'ok' : 'bad' }, h('strong', {}, 'Model'), ' — ',
+        found ? `“${model}” is served.` : `“${model}” is not among the served models.`) : null),
+    chips,
     storedKeyNotUsed ? h('p', { class: 'small' }, 'Tested without the stored upstream key; type it again to test with it.') : null);
 }

@@ -1,22 +1,16 @@
 // pages/overview.js: traffic, latency, spend and quality at a glance, from
 // GET /api/v1/usage (group_by=hour|day|model|instance), refreshed every 15 s.
 
-import { h, replace, fmtInt, fmtMs, fmtUSD, fmtNum } from '../dom.js';
+import { h, replace, fmtInt, fmtMs, fmtUSD, fmtQ } from '../dom.js';
 import { list } from '../api.js';
 import { timeChart, shareBars } from '../chart.js';
 import { fetchUsage, bucketTime, monthStart, loadClusters } from '../data.js';
+import { rangePicker } from '../range.js';
 
-const RANGES = {
-  '6h': { label: 'Last 6 hours', ms: 6 * 3600e3, groupBy: 'hour', slot: 3600e3 },
-  '24h': { label: 'Last 24 hours', ms: 24 * 3600e3, groupBy: 'hour', slot: 3600e3 },
-  '7d': { label: 'Last 7 days', ms: 7 * 86400e3, groupBy: 'day', slot: 86400e3 },
-  '30d': { label: 'Last 30 days', ms: 30 * 86400e3, groupBy: 'day', slot: 86400e3 },
-};
 const REFRESH_MS = 15_000;
 
 export function render(ctx) {
-  const rangeSel = h('select', { id: 'ov-range' },
-    Object.entries(RANGES).map(([k, r]) => h('option', { value: k, selected: k === '24h' }, r.label)));
+  const picker = rangePicker({ choices: ['6h', '24h', '7d', '30d'], initial: '24h', onChange: () => { stop(); stop = ctx.every(REFRESH_MS, refresh); } });
   const status = h('span', { class: 'muted small', 'aria-live': 'off' });
   const body = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
   let instLabels = new Map();
@@ -36,16 +30,16 @@ export function render(ctx) {
   }
 
   async function refresh() {
-    const r = RANGES[rangeSel.value];
-    const to = new Date();
-    const from = new Date(to.getTime() - r.ms);
+    const r = picker.value();
+    if (!r) return;
+    const { from, to } = r;
     let series; let byModel; let byInst; let month; let settings = null;
     try {
       [series, byModel, byInst, month, settings] = await Promise.all([
         fetchUsage(ctx.api, { from, to, groupBy: r.groupBy }),
         fetchUsage(ctx.api, { from, to, groupBy: 'model' }),
         fetchUsage(ctx.api, { from, to, groupBy: 'instance' }),
-        fetchUsage(ctx.api, { from: monthStart(to), to, groupBy: 'day' }),
+        fetchUsage(ctx.api, { from: monthStart(new Date()), to: new Date(), groupBy: 'day' }),
         ctx.api.get('/settings').catch(() => null),
         labels(),
       ]);
@@ -61,27 +55,31 @@ export function render(ctx) {
     }
     if (ctx.signal.aborted) return;
     const budget = settings && settings.slo ? Number(settings.slo.monthly_budget_usd) || 0 : 0;
-    replace(body, view(r, series, byModel, byInst, month, budget, instLabels, [from.getTime(), to.getTime()], [monthStart(to).getTime(), to.getTime()]));
+    const now = Date.now();
+    replace(body, view(r, series, byModel, byInst, month, budget, instLabels, [from.getTime(), to.getTime()], [monthStart(new Date(now)).getTime(), now]));
     status.textContent = `Updated ${new Date().toLocaleTimeString('en-US', { hour12: false })} · refreshes every ${REFRESH_MS / 1000} s`;
   }
 
   let stop = ctx.every(REFRESH_MS, refresh);
-  rangeSel.addEventListener('change', () => { stop(); stop = ctx.every(REFRESH_MS, refresh); });
 
   return h('section', { class: 'page' },
-    h('div', { class: 'page-head' },
-      h('h1', {}, 'Overview'),
-      h('div', { class: 'inline-field' }, h('label', { for: rangeSel.id }, 'Period'), rangeSel)),
+    h('div', { class: 'page-head' }, h('h1', {}, 'Overview'), picker.el),
     status, body);
 }
 
-/** cumulative turns daily billed amounts into a month-to-date running total. */
-function cumulative(rows) {
+/**
+ * cumulative turns daily billed amounts into a month-to-date running total
+ * that starts at 0 at the month's start; each day's total is drawn where
+ * it is known — the day's end, or now for today.
+ */
+function cumulative(rows, monthFrom, now) {
   let sum = 0;
-  return rows.map((x) => ({ t: bucketTime(x.key), y: x.billedUSD }))
+  const pts = [{ t: monthFrom, y: 0 }];
+  rows.map((x) => ({ t: bucketTime(x.key), y: x.billedUSD }))
     .filter((p) => !Number.isNaN(p.t))
     .sort((a, b) => a.t - b.t)
-    .map((p) => { sum += p.y; return { t: p.t, y: sum }; });
+    .forEach((p) => { sum += p.y; pts.push({ t: Math.min(p.t + 86400e3, now), y: sum }); });
+  return pts;
 }
 
 function hostOf(u) {
@@ -102,17 +100,17 @@ function view(r, series, byModel, byInst, month, budget, instLabels, domain, mon
   fill.style.width = `${Math.min(100, pct * 100).toFixed(1)}%`;
   meter.append(fill);
   const spendSub = budget > 0
-    ? h('span', {}, `of ${fmtUSD(budget)} budget (${fmtNum(pct * 100, 0)} %)`, meter)
+    ? h('span', {}, `of ${fmtUSD(budget)} budget (${(pct * 100).toFixed(1)} %)`, meter)
     : h('span', {}, 'no monthly budget set — ', h('a', { href: '/routing', 'data-link': true }, 'set one'));
   const pts = (f) => series.rows.map((x) => ({ t: bucketTime(x.key), y: f(x) })).filter((p) => !Number.isNaN(p.t) && p.y !== null && p.y !== undefined);
 
   const stats = h('div', { class: 'stats' },
-    stat('Requests', fmtInt(t.requests), r.label.toLowerCase()),
+    stat('Requests', fmtInt(t.requests), r.custom ? r.label : r.label.toLowerCase()),
     t.p50E2E !== null ? stat('E2E latency p50', fmtMs(t.p50E2E), 'median end to end') : stat('E2E latency mean', fmtMs(t.meanE2E), 'end to end'),
     stat('E2E latency p95', fmtMs(t.p95E2E), '95th percentile'),
     stat('Time to first token', fmtMs(t.p50TTFT ?? t.meanTTFT), `${t.p50TTFT !== null ? 'median' : 'mean'}; p95 ${fmtMs(t.p95TTFT)}`),
     stat('Spend this month', fmtUSD(spend), spendSub),
-    stat('Mean predicted quality', t.quality === null ? '—' : fmtNum(t.quality, 3), 'scheduler’s estimate Q̂ of the served model'));
+    stat('Mean predicted quality', fmtQ(t.quality), 'scheduler’s estimate Q̂ of the served model'));
 
   if (!t.requests) {
     return h('div', { class: 'stack' }, stats, h('div', { class: 'panel empty-state' },
@@ -124,7 +122,7 @@ function view(r, series, byModel, byInst, month, budget, instLabels, domain, mon
   const instItems = byInst.rows.map((x) => ({ label: instLabels.get(x.key) || x.label || x.key || '(unknown)', value: x.requests }));
   return h('div', { class: 'stack' }, stats,
     h('div', { class: 'grid2' },
-      h('div', { class: 'panel' }, timeChart({ kind: 'bar', caption: 'Requests', slotMs: r.slot, domain, integer: true, yFormat: (v) => fmtInt(v), series: [{ name: 'requests', points: pts((x) => x.requests) }] })),
+      h('div', { class: 'panel' }, timeChart({ kind: 'bar', caption: 'Requests', slotMs: r.slot, domain, integer: true, zeroFill: true, yFormat: (v) => fmtInt(v), series: [{ name: 'requests', points: pts((x) => x.requests) }] })),
       h('div', { class: 'panel' }, timeChart({
         kind: 'line', caption: 'Latency', slotMs: r.slot, domain, yFormat: fmtMs,
         series: [
@@ -134,11 +132,11 @@ function view(r, series, byModel, byInst, month, budget, instLabels, domain, mon
         ],
       })),
       h('div', { class: 'panel' }, timeChart({
-        kind: 'line', caption: 'Spend this month against the budget', domain: monthDomain, slotMs: 86400e3, yFormat: fmtUSD,
+        kind: 'line', area: true, caption: 'Spend this month against the budget', domain: monthDomain, place: 'start', yFormat: fmtUSD,
         ref: budget > 0 ? { y: budget, label: `monthly budget ${fmtUSD(budget)}` } : null,
-        series: [{ name: 'month-to-date spend (billed)', points: cumulative(month.rows) }],
+        series: [{ name: 'month-to-date spend (billed)', points: month.rows.length ? cumulative(month.rows, monthDomain[0], monthDomain[1]) : [] }],
       })),
-      h('div', { class: 'panel' }, timeChart({ kind: 'line', caption: 'Mean predicted quality', slotMs: r.slot, domain, yFormat: (v) => fmtNum(v, 2), series: [{ name: 'quality', points: pts((x) => x.quality) }] })),
+      h('div', { class: 'panel' }, timeChart({ kind: 'line', caption: 'Mean predicted quality', slotMs: r.slot, domain, yFormat: fmtQ, series: [{ name: 'quality', points: pts((x) => x.quality) }] })),
       h('div', { class: 'panel' }, shareBars(byModel.rows.map((x) => ({ label: x.key || '(unknown)', value: x.requests })), { caption: 'Traffic share per model', format: (v) => `${fmtInt(v)} req` })),
       h('div', { class: 'panel' }, shareBars(instItems, { caption: 'Traffic share per instance', format: (v) => `${fmtInt(v)} req` }))));
 }

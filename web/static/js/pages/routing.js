@@ -1,7 +1,7 @@
 // pages/routing.js: how requests trade quality against latency and cost —
 // the tenant's preset or custom weights (triangle picker), a what-if preview
 // of those weights on recent traffic, the cluster's policy, the SLOs and the
-// monthly budget. Saved with PUT /api/v1/settings and
+// monthly budget. Saved with PATCH /api/v1/settings (only the changed fields) and
 // PATCH /api/v1/clusters/{id}; the next request uses them.
 
 import { h, replace, field, toast, fmtNum, fmtMs, fmtUSD, fmtInt } from '../dom.js';
@@ -54,18 +54,12 @@ export function render(ctx) {
     return { default_cluster_id: x.default_cluster_id || '', preset, weights: w, slo: { ...(x.slo || {}) }, raw: x };
   }
 
-  async function putSettings(saved, patch) {
-    const body = {
-      ...saved.raw,
-      default_cluster_id: saved.default_cluster_id,
-      preset: saved.preset,
-      weights: saved.weights,
-      slo: saved.slo,
-      ...patch,
-    };
-    const resp = await ctx.api.put('/settings', body);
-    const next = resp && typeof resp === 'object' && resp.preset ? resp : body;
-    Object.assign(saved, normaliseSettings(next));
+  // patchSettings sends only what changed (PATCH /api/v1/settings: absent
+  // fields keep their saved values), so saving the SLOs never resets the
+  // preset and saving the preset never resets an SLO.
+  async function patchSettings(saved, patch) {
+    const resp = await ctx.api.patch('/settings', patch);
+    Object.assign(saved, normaliseSettings(resp && typeof resp === 'object' && resp.preset ? resp : { ...saved.raw, ...patch, slo: { ...saved.slo, ...(patch.slo || {}) } }));
     return saved;
   }
 
@@ -119,7 +113,7 @@ export function render(ctx) {
       saveBtn.disabled = true;
       const w = picker.value;
       try {
-        await putSettings(saved, { preset, weights: w });
+        await patchSettings(saved, preset === 'custom' ? { preset, weights: w } : { preset });
         toast(`Saved: ${preset} (${fmtWeights(w)}). The next request uses it.`);
       } catch (e) {
         saveMsg.textContent = e.message;
@@ -276,7 +270,7 @@ export function render(ctx) {
       if (bad) { form.querySelector('[aria-invalid="true"]')?.focus(); return; }
       btn.disabled = true;
       try {
-        await putSettings(saved, { slo: { ...saved.slo, ...slo } });
+        await patchSettings(saved, { slo: changedSLO(saved.slo, slo) });
         toast('SLOs and budget saved.');
       } catch (ex) {
         const target = fields[(ex.param || '').replace(/^slo\./, '')];
@@ -285,6 +279,13 @@ export function render(ctx) {
     });
     return h('div', { class: 'panel' }, h('h2', {}, 'SLOs and monthly budget'), form);
   }
+}
+
+/** changedSLO keeps only the SLO fields that differ from the saved ones. */
+function changedSLO(saved, next) {
+  const out = {};
+  for (const [k, v] of Object.entries(next)) if ((Number(saved[k]) || 0) !== v) out[k] = v;
+  return out;
 }
 
 function fmtWeights(w) {

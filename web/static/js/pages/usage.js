@@ -3,21 +3,17 @@
 // the Stripe checkout button (POST /api/v1/billing/checkout) when the
 // operator configured Stripe.
 
-import { h, replace, fmtInt, fmtMs, fmtUSD, fmtNum, toast } from '../dom.js';
+import { h, replace, fmtInt, fmtMs, fmtUSD, fmtQ, toast } from '../dom.js';
 import { list } from '../api.js';
-import { fetchUsage, monthStart } from '../data.js';
-
-const PERIODS = {
-  month: { label: 'This month (billing period)', from: (now) => monthStart(now) },
-  '7d': { label: 'Last 7 days', from: (now) => new Date(now.getTime() - 7 * 86400e3) },
-  '30d': { label: 'Last 30 days', from: (now) => new Date(now.getTime() - 30 * 86400e3) },
-};
+import { fetchUsage } from '../data.js';
+import { rangePicker } from '../range.js';
+import { timeChart, shareBars } from '../chart.js';
+import { csvLink } from '../csv.js';
 
 export function render(ctx) {
-  const periodSel = h('select', { id: 'usage-period' }, Object.entries(PERIODS).map(([k, p]) => h('option', { value: k }, p.label)));
+  const picker = rangePicker({ choices: ['month', '7d', '30d'], initial: 'month', onChange: () => loadUsage(), selectId: 'usage-period' });
   const billingSlot = h('div', { class: 'panel' }, h('h2', {}, 'Plan and billing'), h('p', { class: 'muted' }, 'Loading…'));
   const usageSlot = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
-  periodSel.addEventListener('change', loadUsage);
   loadBilling();
   loadUsage();
 
@@ -90,14 +86,15 @@ export function render(ctx) {
   }
 
   async function loadUsage() {
-    const now = new Date();
-    const from = PERIODS[periodSel.value].from(now);
+    const r = picker.value();
+    if (!r) return;
+    const { from, to } = r;
     let byDay; let byModel; let byKey; let keys = [];
     try {
       [byDay, byModel, byKey, keys] = await Promise.all([
-        fetchUsage(ctx.api, { from, to: now, groupBy: 'day' }),
-        fetchUsage(ctx.api, { from, to: now, groupBy: 'model' }),
-        fetchUsage(ctx.api, { from, to: now, groupBy: 'key' }),
+        fetchUsage(ctx.api, { from, to, groupBy: 'day' }),
+        fetchUsage(ctx.api, { from, to, groupBy: 'model' }),
+        fetchUsage(ctx.api, { from, to, groupBy: 'key' }),
         ctx.api.get('/keys').then((k) => list(k, 'keys')).catch(() => []),
       ]);
     } catch (e) {
@@ -109,22 +106,40 @@ export function render(ctx) {
     }
     if (ctx.signal.aborted) return;
     const keyName = new Map(keys.map((k) => [k.id, `${k.name} (${k.prefix}…)${k.revoked_at ? ' — revoked' : ''}`]));
+    const keyLabel = (x) => keyName.get(x.key) || x.label || (x.key ? x.key : '(no key)');
+    // Day buckets are UTC days (the billing period is in UTC).
+    const dayFrom = Date.UTC(from.getUTCFullYear(), from.getUTCMonth(), from.getUTCDate());
+    const dayPts = (f) => byDay.rows.map((x) => ({ t: Date.parse(x.key), y: f(x) })).filter((p) => !Number.isNaN(p.t));
+    const domain = [dayFrom, to.getTime()];
+    const charts = h('div', { class: 'grid2' },
+      h('div', { class: 'panel' }, timeChart({ kind: 'bar', caption: 'Requests per day (UTC)', slotMs: 86400e3, domain, integer: true, zeroFill: true, yFormat: fmtInt, series: [{ name: 'requests', points: dayPts((x) => x.requests) }] })),
+      h('div', { class: 'panel' }, timeChart({ kind: 'bar', caption: 'Billed per day (UTC)', slotMs: 86400e3, domain, zeroFill: true, yFormat: fmtUSD, series: [{ name: 'billed', points: dayPts((x) => x.billedUSD), color: '#1f9e89' }] })),
+      h('div', { class: 'panel' }, shareBars(byModel.rows.map((x) => ({ label: x.key || '(unknown)', value: x.requests })), { caption: 'Requests by model', format: (v) => `${fmtInt(v)} req` })),
+      h('div', { class: 'panel' }, shareBars(byModel.rows.map((x) => ({ label: x.key || '(unknown)', value: x.billedUSD })), { caption: 'Spend by model', format: fmtUSD, empty: 'Nothing billed in this period.' })),
+      h('div', { class: 'panel' }, shareBars(byKey.rows.map((x) => ({ label: keyLabel(x), value: x.requests })), { caption: 'Requests by API key', format: (v) => `${fmtInt(v)} req` })),
+      h('div', { class: 'panel' }, shareBars(byKey.rows.map((x) => ({ label: keyLabel(x), value: x.billedUSD })), { caption: 'Spend by API key', format: fmtUSD, empty: 'Nothing billed in this period.' })));
+    const q = { from: from.toISOString(), to: to.toISOString() };
     replace(usageSlot,
-      usageTable('By day', 'Day', byDay, (r) => { const t = Date.parse(r.key); return Number.isNaN(t) ? r.key : new Date(t).toLocaleDateString('en-US', { timeZone: 'UTC', month: 'short', day: 'numeric', weekday: 'short' }); }),
-      usageTable('By model', 'Model', byModel, (r) => r.key || '(unknown)'),
-      usageTable('By API key', 'Key', byKey, (r) => keyName.get(r.key) || r.label || r.key || '(none)'));
+      h('div', { class: 'toolbar' }, h('span', { class: 'muted small' }, `${r.label}: ${fmtInt(byDay.totals.requests)} requests, ${fmtUSD(byDay.totals.billedUSD)} billed`),
+        h('span', { class: 'spacer' }),
+        csvLink(ctx, '/usage.csv', { ...q, group_by: 'day' }, 'CSV by day'),
+        csvLink(ctx, '/usage.csv', { ...q, group_by: 'model' }, 'CSV by model'),
+        csvLink(ctx, '/usage.csv', { ...q, group_by: 'key' }, 'CSV by key')),
+      charts,
+      usageTable('By day', 'Day', byDay, (x) => { const t = Date.parse(x.key); return Number.isNaN(t) ? x.key : new Date(t).toLocaleDateString('en-US', { timeZone: 'UTC', month: 'short', day: 'numeric', weekday: 'short' }); }),
+      usageTable('By model', 'Model', byModel, (x) => x.key || '(unknown)'),
+      usageTable('By API key', 'Key', byKey, keyLabel));
   }
 
   return h('section', { class: 'page' },
-    h('div', { class: 'page-head' }, h('h1', {}, 'Usage & billing'),
-      h('div', { class: 'inline-field' }, h('label', { for: periodSel.id }, 'Period'), periodSel)),
+    h('div', { class: 'page-head' }, h('h1', {}, 'Usage & billing'), picker.el),
     billingSlot, usageSlot);
 }
 
 function usageTable(title, first, { rows, totals }, label) {
   const cols = ['Requests', 'Input tokens', 'Output tokens', 'Instance cost', 'Billed', 'Mean E2E', 'p95 E2E', 'Mean quality'];
   const cells = (r) => [fmtInt(r.requests), fmtInt(r.promptTokens), fmtInt(r.outputTokens), fmtUSD(r.costUSD), fmtUSD(r.billedUSD),
-    fmtMs(r.meanE2E), fmtMs(r.p95E2E), r.quality === null ? '—' : fmtNum(r.quality, 3)].map((c) => h('td', { class: 'num' }, c));
+    fmtMs(r.meanE2E), fmtMs(r.p95E2E), fmtQ(r.quality)].map((c) => h('td', { class: 'num' }, c));
   return h('div', { class: 'panel' }, h('h2', {}, title),
     rows.length ? h('div', { class: 'table-wrap' }, h('table', { class: 'table usage-table' },
       h('caption', { class: 'sr-only' }, `Usage ${title.toLowerCase()}`),
