@@ -33,8 +33,8 @@ type requestList struct {
 // ledgerRange reads from/to (RFC 3339 or YYYY-MM-DD; default: the start
 // of the billing period until now) the way GET /usage does; ok is false
 // after it wrote a 400.
-func ledgerRange(c *fiber.Ctx) (from, to time.Time, ok bool, err error) {
-	now := time.Now().UTC()
+func (s *Server) ledgerRange(c *fiber.Ctx) (from, to time.Time, ok bool, err error) {
+	now := s.clock.Now().UTC()
 	from, to = billing.PeriodStart(now), now
 	for _, p := range []struct {
 		name string
@@ -59,7 +59,7 @@ func ledgerRange(c *fiber.Ctx) (from, to time.Time, ok bool, err error) {
 
 // requestQuery reads the request-log filters; ok is false after a 400.
 func (s *Server) requestQuery(c *fiber.Ctx, tenant string) (billing.RequestQuery, bool, error) {
-	from, to, ok, err := ledgerRange(c)
+	from, to, ok, err := s.ledgerRange(c)
 	if !ok {
 		return billing.RequestQuery{}, false, err
 	}
@@ -197,7 +197,7 @@ func (s *Server) usageCSV(c *fiber.Ctx) error {
 	if s.deps.Usage == nil {
 		return sendError(c, fiber.StatusServiceUnavailable, typeUnavailable, "billing_unavailable", "", "usage is not recorded on this server")
 	}
-	from, to, ok, err := ledgerRange(c)
+	from, to, ok, err := s.ledgerRange(c)
 	if !ok {
 		return err
 	}
@@ -248,7 +248,7 @@ func (s *Server) usageCSV(c *fiber.Ctx) error {
 
 func sendCSV(c *fiber.Ctx, name string, body []byte) error {
 	c.Set(fiber.HeaderContentType, "text/csv; charset=utf-8")
-	c.Set(fiber.HeaderContentDisposition, `attachment; filename="`+name+`-`+time.Now().UTC().Format("2006-01-02")+`.csv"`)
+	c.Set(fiber.HeaderContentDisposition, `attachment; filename="`+name+`.csv"`)
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	return c.Send(body)
 }

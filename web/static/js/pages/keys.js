@@ -151,7 +151,7 @@ function limitsText(k) {
   if (l.max_concurrency) parts.push(`${fmtInt(l.max_concurrency)} at once`);
   const slo = k.slo || {};
   if (slo.monthly_budget_usd) parts.push(`${fmtUSD(slo.monthly_budget_usd)}/month`);
-  return parts.length ? parts.join(' · ') : 'tenant’s';
+  return parts.length ? parts.join(' · ') : 'tenant’s limits';
 }
 
 /**
