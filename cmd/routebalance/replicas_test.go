@@ -88,9 +88,14 @@ func replicaSet(t *testing.T, n int) (bases []string, redisPrefix string) {
 }
 
 // send posts one chat completion with key and returns the status.
-func send(t *testing.T, base, key string) int {
+func send(t *testing.T, base, key string) int { return sendBody(t, base, key, false) }
+
+// sendBody posts one chat completion, streamed or not, reads the whole
+// answer and returns the status.
+func sendBody(t *testing.T, base, key string, stream bool) int {
 	t.Helper()
-	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"auto","messages":[{"role":"user","content":"hi"}]}`))
+	body := fmt.Sprintf(`{"model":"auto","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)
@@ -109,7 +114,7 @@ func tenant(t *testing.T, base, email, upURL string, priceOut float64) (token, k
 	t.Helper()
 	token = postJSON(t, base+"/api/v1/signup", "", `{"email":"`+email+`","password":"correct-horse-42","name":"T"}`)["access_token"].(string)
 	cid := postJSON(t, base+"/api/v1/clusters", token, `{"name":"c"}`)["id"].(string)
-	postJSON(t, base+"/api/v1/clusters/"+cid+"/instances", token, fmt.Sprintf(`{"base_url":%q,"model":"m","gpu":"l4","price_out_per_mtok":%g}`, upURL, priceOut))
+	postJSON(t, base+"/api/v1/clusters/"+cid+"/instances", token, fmt.Sprintf(`{"base_url":%q,"model":"m","gpu":"l4","price_out_per_mtok":%g,"max_concurrency":32}`, upURL, priceOut))
 	k := postJSON(t, base+"/api/v1/keys", token, `{"name":"k"}`)
 	return token, k["key"].(string), k["id"].(string)
 }
@@ -136,8 +141,8 @@ func putJSON(t *testing.T, method, url, token, body string) int {
 // monthly budget is overrun by at most the documented bound, and a key
 // revoked on one replica is refused on another.
 func TestReplicasShareLimitsBudgetsAndRevocation(t *testing.T) {
-	// 8 tokens 5 ms apart: each request is in flight ~40 ms, so requests
-	// overlap across replicas and the budget bound's K is exercised.
+	// Streamed answers of 8 tokens 5 ms apart are in flight ~40 ms, so
+	// requests overlap across replicas and the budget bound's K is exercised.
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 8, TokenDelay: 5 * time.Millisecond})
 	bases, prefix := replicaSet(t, 3)
 
@@ -185,7 +190,7 @@ func TestReplicasShareLimitsBudgetsAndRevocation(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range 40 {
-					st := send(t, bases[(c+i)%3], key)
+					st := sendBody(t, bases[(c+i)%3], key, true)
 					if st == 402 {
 						return
 					}
