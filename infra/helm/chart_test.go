@@ -292,6 +292,7 @@ func TestDatabaseURLGoesToASecret(t *testing.T) {
 	c := loadChart(t)
 	rendered, err := render(t, c, "", map[string]any{
 		"database":     map[string]any{"url": "postgres://rb@db:5432/rb"},
+		"redis":        map[string]any{"url": "redis://:pw@redis:6379/0", "failMode": "closed"},
 		"secrets":      map[string]any{"jwtSecret": strings.Repeat("j", 32), "encryptionKey": strings.Repeat("ab", 32)},
 		"replicaCount": 2,
 	})
@@ -316,5 +317,68 @@ func TestDatabaseURLGoesToASecret(t *testing.T) {
 	}
 	if len(objs["PersistentVolumeClaim"]) != 0 {
 		t.Error("a PVC is rendered although the state lives in Postgres")
+	}
+	if s.StringData["redis-url"] != "redis://:pw@redis:6379/0" {
+		t.Errorf("redis-url in secret = %q", s.StringData["redis-url"])
+	}
+	ctr := d.Spec.Template.Spec.Containers[0]
+	r, ok := envValue(ctr, "ROUTEBALANCE_REDIS_URL")
+	if !ok || r.Value != "" || r.ValueFrom == nil || r.ValueFrom.SecretKeyRef.Name != s.Name || r.ValueFrom.SecretKeyRef.Key != "redis-url" {
+		t.Errorf("ROUTEBALANCE_REDIS_URL not read from the secret: %+v", r)
+	}
+	if f, _ := envValue(ctr, "ROUTEBALANCE_REDIS_FAIL"); f.Value != "closed" {
+		t.Errorf("ROUTEBALANCE_REDIS_FAIL = %q, want closed", f.Value)
+	}
+}
+
+// TestReplicasNeedRedis: with Postgres but without Redis the chart refuses
+// more than one replica and autoscaling, since every replica would enforce
+// rate limits and budgets alone; one replica needs no Redis.
+func TestReplicasNeedRedis(t *testing.T) {
+	c := loadChart(t)
+	pg := map[string]any{
+		"database": map[string]any{"url": "postgres://rb@db/rb"},
+		"secrets":  map[string]any{"jwtSecret": strings.Repeat("j", 32), "encryptionKey": strings.Repeat("ab", 32)},
+	}
+	with := func(k string, v any) map[string]any {
+		m := map[string]any{k: v}
+		for kk, vv := range pg {
+			m[kk] = vv
+		}
+		return m
+	}
+	for _, ov := range []map[string]any{with("replicaCount", 2), with("autoscaling", map[string]any{"enabled": true})} {
+		_, err := render(t, c, "", ov)
+		if err == nil || !strings.Contains(err.Error(), "needs Redis") {
+			t.Errorf("render with %v and no Redis: err = %v, want the Redis guard", ov, err)
+		}
+	}
+	rendered, err := render(t, c, "", pg)
+	if err != nil {
+		t.Fatalf("one replica on Postgres without Redis: %v", err)
+	}
+	objs, err := decodeAll(t, rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := envValue(objs["Deployment"][0].(*appsv1.Deployment).Spec.Template.Spec.Containers[0], "ROUTEBALANCE_REDIS_URL"); ok {
+		t.Error("ROUTEBALANCE_REDIS_URL set without Redis configured")
+	}
+	// The production values scale with Redis from an existing Secret.
+	rendered, err = render(t, c, "values-production.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err = decodeAll(t, rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := envValue(objs["Deployment"][0].(*appsv1.Deployment).Spec.Template.Spec.Containers[0], "ROUTEBALANCE_REDIS_URL")
+	if !ok || r.ValueFrom == nil || r.ValueFrom.SecretKeyRef.Name != "routebalance-redis" {
+		t.Errorf("production ROUTEBALANCE_REDIS_URL: %+v, want from Secret routebalance-redis", r)
+	}
+	_, err = render(t, c, "", with("redis", map[string]any{"url": "redis://r:6379", "failMode": "sometimes"}))
+	if err == nil || !strings.Contains(err.Error(), "failMode must be open or closed") {
+		t.Errorf("failMode sometimes: err = %v", err)
 	}
 }

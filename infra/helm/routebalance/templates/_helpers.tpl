@@ -46,17 +46,37 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret with redis-url, when Redis is configured. */}}
+{{- define "routebalance.redisSecretName" -}}
+{{- if .Values.redis.existingSecret -}}
+{{- .Values.redis.existingSecret -}}
+{{- else -}}
+{{- include "routebalance.fullname" . -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "routebalance.usesRedis" -}}
+{{- if or .Values.redis.url .Values.redis.existingSecret -}}true{{- end -}}
+{{- end -}}
+
 {{- define "routebalance.usesPostgres" -}}
 {{- if or .Values.database.url .Values.database.existingSecret -}}true{{- end -}}
 {{- end -}}
 
-{{/* Guard rails: SQLite cannot be shared between replicas. */}}
+{{/* Guard rails: SQLite cannot be shared between replicas, and limits and
+budgets hold across replicas only when counted in Redis. */}}
 {{- define "routebalance.validate" -}}
-{{- if not (include "routebalance.usesPostgres" .) -}}
-{{- if or (gt (int .Values.replicaCount) 1) .Values.autoscaling.enabled -}}
+{{- $multi := or (gt (int .Values.replicaCount) 1) .Values.autoscaling.enabled -}}
+{{- if not (has (toString .Values.redis.failMode) (list "open" "closed")) -}}
+{{- fail (printf "redis.failMode must be open or closed, got %q" (toString .Values.redis.failMode)) -}}
+{{- end -}}
+{{- if and $multi (not (include "routebalance.usesPostgres" .)) -}}
 {{- fail "more than one replica (replicaCount > 1 or autoscaling) needs an external Postgres: set database.url or database.existingSecret" -}}
 {{- end -}}
-{{- else if not .Values.secrets.existingSecret -}}
+{{- if and $multi (not (include "routebalance.usesRedis" .)) -}}
+{{- fail "more than one replica (replicaCount > 1 or autoscaling) needs Redis, or every replica enforces rate limits and budgets alone (a tenant gets N× them): set redis.url or redis.existingSecret" -}}
+{{- end -}}
+{{- if and (include "routebalance.usesPostgres" .) (not .Values.secrets.existingSecret) -}}
 {{- if not (and .Values.secrets.jwtSecret .Values.secrets.encryptionKey) -}}
 {{- fail "with Postgres every replica needs the same keys: set secrets.existingSecret, or secrets.jwtSecret and secrets.encryptionKey" -}}
 {{- end -}}
