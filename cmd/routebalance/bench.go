@@ -33,7 +33,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := loadgen.DefaultConfig()
-	url := fs.String("url", "", "base URL of the router (or any OpenAI-compatible server)")
+	url := fs.String("url", "", "base URL of the router (or any OpenAI-compatible server); a comma list spreads requests round-robin over several router replicas")
 	key := fs.String("api-key", os.Getenv("OPENAI_API_KEY"), "API key (default $OPENAI_API_KEY)")
 	data := fs.String("data", "", "JSONL prompts {id,prompt,scores?}")
 	rate := fs.String("rate", "inf", "request rate λ in req/s (inf = all at once)")

@@ -34,7 +34,10 @@ type Price struct {
 
 // Config is one load run.
 type Config struct {
-	// URL is the server's base URL; "/v1" is appended unless present.
+	// URL is the server's base URL; "/v1" is appended unless present. A
+	// comma-separated list spreads the requests over several servers
+	// round-robin by request index, as a load balancer over router
+	// replicas would.
 	URL    string
 	APIKey string
 	// Model is sent as the request's model; default "auto".
@@ -149,12 +152,15 @@ func Run(ctx context.Context, cfg Config, items []workload.Item, log *slog.Logge
 		IdleConnTimeout:     90 * time.Second,
 	}
 	defer tr.CloseIdleConnections()
-	client := openai.NewClient(
-		option.WithBaseURL(baseURL(cfg.URL)),
-		option.WithAPIKey(cfg.APIKey),
-		option.WithHTTPClient(&http.Client{Transport: tr}),
-		option.WithMaxRetries(0),
-	)
+	var clients []openai.Client
+	for _, u := range strings.Split(cfg.URL, ",") {
+		clients = append(clients, openai.NewClient(
+			option.WithBaseURL(baseURL(strings.TrimSpace(u))),
+			option.WithAPIKey(cfg.APIKey),
+			option.WithHTTPClient(&http.Client{Transport: tr}),
+			option.WithMaxRetries(0),
+		))
+	}
 	sample := workload.Sample(items, cfg.N, cfg.Seed)
 	arrivals := workload.Arrivals(cfg.N, cfg.Rate, cfg.Burstiness, cfg.Seed)
 	recs := make([]metrics.Record, cfg.N)
@@ -208,7 +214,7 @@ dispatch:
 			}
 			rctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 			defer cancel()
-			recs[k], meta[k] = do(rctx, &client, &cfg, &sample[k], time.Since(start))
+			recs[k], meta[k] = do(rctx, &clients[k%len(clients)], &cfg, &sample[k], time.Since(start))
 		}()
 	}
 	wg.Wait()

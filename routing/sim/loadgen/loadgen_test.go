@@ -188,6 +188,32 @@ func TestDurationLimit(t *testing.T) {
 	}
 }
 
+// TestSeveralURLsRoundRobin: a comma list of URLs spreads the requests
+// evenly, as a load balancer over replicas.
+func TestSeveralURLsRoundRobin(t *testing.T) {
+	var ups [3]upstream
+	var urls []string
+	for i := range ups {
+		srv := httptest.NewServer(&ups[i])
+		defer srv.Close()
+		urls = append(urls, srv.URL)
+	}
+	cfg := DefaultConfig()
+	cfg.URL, cfg.N = strings.Join(urls, ", "), 9
+	res, err := Run(context.Background(), cfg, items, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Summary.Completed != 9 {
+		t.Fatalf("completed %d of 9", res.Summary.Completed)
+	}
+	for i := range ups {
+		if n := len(ups[i].models); n != 3 {
+			t.Errorf("server %d got %d requests, want 3", i, n)
+		}
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	for _, c := range []Config{{}, {URL: "x"}, {URL: "x", N: 1, Rate: -1, Burstiness: 1}, {URL: "x", N: 1, Burstiness: 0}} {
 		if err := c.Validate(); err == nil {
