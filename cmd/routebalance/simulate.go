@@ -49,6 +49,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	maxTokens := fs.Int("max-tokens", 0, "max_tokens on every request (0 = none)")
 	verbose := fs.Bool("v", false, "log scheduler warnings")
 	latencyPrior := fs.String("latency-prior", "world", "start of each tier's latency model: world (the tier's profiled light-load figures) or default (generic prior, learnt online)")
+	tiers := fs.Bool("tiers", false, "also print predicted vs observed mean E2E per served tier for every cell")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the sweep to this file")
 	scrape := fs.Duration("scrape-interval", 250*time.Millisecond, "how often engine gauges reach the scheduler(s), as the live scraper's /metrics readings (0 = never)")
 	replicas := fs.Int("replicas", 1, "router replicas over the one fleet, each with its own scheduler and seeing the others only through the scrape (routing/sim/replicas.go); use with --decision-cost 0")
@@ -142,6 +143,12 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stderr, "simulate: %d cells in %.2fs\n", len(cells), time.Since(start).Seconds())
 	if err := sim.WriteTable(stdout, cells); err != nil {
 		return err
+	}
+	if *tiers {
+		fmt.Fprintln(stdout, "\npredicted vs observed E2E per tier:")
+		if err := sim.WriteTiers(stdout, cells); err != nil {
+			return err
+		}
 	}
 	caps := sim.Capacities(cells, 2)
 	fmt.Fprintln(stdout, "\ncapacity (highest λ with mean E2E ≤ 2 × its light-load mean):")

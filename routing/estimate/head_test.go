@@ -89,8 +89,8 @@ func TestHeadLearnsTaskAndDifficulty(t *testing.T) {
 		if r.Task == "trivia" {
 			wantLen = 20
 		}
-		if out[i].Length[0] != wantLen || out[i].Length[2] != 250 {
-			t.Errorf("%s: L̂ = %v, want %v for solver (its task's label) and the default 250 for the unknown model", r.ID, out[i].Length, wantLen)
+		if math.Abs(out[i].Length[0]-wantLen) > 0.02*wantLen || out[i].Length[2] != 250 {
+			t.Errorf("%s: L̂ = %v, want %v ±2%% for solver (its task's labels) and the default 250 for the unknown model", r.ID, out[i].Length, wantLen)
 		}
 		if out[i].Memo == 0 {
 			t.Errorf("%s: no memo", r.ID)
@@ -264,19 +264,25 @@ func TestHeadLearnsOnline(t *testing.T) {
 		k.ObserveQuality(p, "poet", 1)
 		k.ObserveLength(p, "poet", 400)
 	}
-	if q1, l1 := q(p, "poet"); !(q1 > 0.8) || l1 != 400 {
-		t.Errorf("after 20 observations poet Q̂ = %.3f, L̂ = %v: want > 0.8 and 400", q1, l1)
+	if q1, l1 := q(p, "poet"); !(q1 > 0.8) || math.Abs(l1-400) > 4 {
+		t.Errorf("after 20 observations poet Q̂ = %.3f, L̂ = %v: want > 0.8 and 400 ±1%%", q1, l1)
 	}
-	// Lengths are per predicted task: trivia keeps the model-wide prior.
-	if _, l := q(trivia, "poet"); l != 400 {
-		t.Errorf("poet L̂ on trivia = %v, want the model-wide prior 400 (no trivia length yet)", l)
+	// Lengths are per predicted task; a task the model was never seen on
+	// borrows from the two-way model log L = a_task + b_model: trivia
+	// answers are ~10× shorter than arithmetic ones for solver and chatter
+	// (20–25 vs 180–200), so poet's 400 becomes ~45 there.
+	_, l0 := q(trivia, "poet")
+	if l0 < 35 || l0 > 60 {
+		t.Errorf("poet L̂ on trivia = %v, want ~45 (400 × the other models' trivia/arithmetic ratio)", l0)
 	}
-	k.ObserveLength(trivia, "poet", 30)
-	if _, l := q(trivia, "poet"); l != 30 {
-		t.Errorf("poet L̂ on trivia after one observation = %v, want 30", l)
+	for i := 0; i < 8; i++ {
+		k.ObserveLength(trivia, "poet", 30)
 	}
-	if _, l := q(p, "poet"); l != 400 {
-		t.Errorf("poet L̂ on arithmetic = %v, want still 400", l)
+	if _, l := q(trivia, "poet"); !(l < l0-5 && l > 30) {
+		t.Errorf("poet L̂ on trivia after 8 observations of 30 = %v, want between 30 and %v", l, l0-5)
+	}
+	if _, l := q(p, "poet"); math.Abs(l-400) > 12 {
+		t.Errorf("poet L̂ on arithmetic = %v, want still 400 ±3%% (the two-way model's pull on a full cell)", l)
 	}
 }
 

@@ -206,6 +206,14 @@ type KNN struct {
 	// resolved Config.Estimator.
 	head *Head
 	mode string
+	// Two-way length model of the head mode: log L[t][m] ≈ lenA[t] +
+	// lenB[m], fitted to the per-(task, model) cells, so a cell with few
+	// or no observations borrows from its task and its model; lenSeen[t]
+	// says task t has a cell with data; lenRatio is mean/exp(mean log)
+	// pooled over the cells (the log-normal's mean factor).
+	lenA     []float64
+	lenSeen  []bool
+	lenRatio float64
 
 	memo memoRing
 
@@ -241,19 +249,24 @@ type column struct {
 	taskLen []lenStat
 	// head is the model's row in the head (-1: none).
 	head int
+	// lenB is the model's effect in the two-way length model (head mode).
+	lenB float64
 }
 
-// lenStat is a running mean and histogram of output lengths.
+// lenStat is a running mean (of tokens and of their log) and histogram
+// of output lengths.
 type lenStat struct {
-	n    float64
-	mean float64
-	hist routing.LengthHist
+	n       float64
+	mean    float64
+	logMean float64
+	hist    routing.LengthHist
 }
 
 // observe folds l in; the mean follows the last ~maxN observations.
 func (s *lenStat) observe(l, maxN float64) {
 	s.n++
 	s.mean += (l - s.mean) / math.Min(s.n, maxN)
+	s.logMean += (math.Log(max(l, 1)) - s.logMean) / math.Min(s.n, maxN)
 	if s.n > maxN {
 		for b := range s.hist {
 			s.hist[b] *= float32(1 - 1/maxN)
@@ -515,15 +528,104 @@ func (k *KNN) fillHead(emb []float32, raw *[NumPromptFeatures]float32, s *knnScr
 			continue
 		}
 		col := k.models[c]
+		fb, hasFB := k.lenFallback(task, col)
 		switch {
 		case task >= 0 && task < len(col.taskLen) && col.taskLen[task].n > 0:
-			e.Length[m], e.Hist[m] = col.taskLen[task].mean, col.taskLen[task].hist
+			cell := &col.taskLen[task]
+			e.Length[m], e.Hist[m] = cell.mean, cell.hist
+			if hasFB {
+				e.Length[m] = (cell.n*cell.mean + lenPseudo*fb) / (cell.n + lenPseudo)
+			}
+			e.Hist[m].Normalize()
+		case hasFB:
+			e.Length[m], e.Hist[m] = fb, col.lenHist
 			e.Hist[m].Normalize()
 		case col.lenN > 0:
 			e.Length[m], e.Hist[m] = col.lenMean, col.lenHist
 			e.Hist[m].Normalize()
 		default:
 			e.Length[m], e.Hist[m] = k.cfg.DefaultLength, k.defaultHist
+		}
+	}
+}
+
+// lenPseudo is the weight, in observations, of the two-way length model's
+// prediction in a (task, model) cell's length: a cell's own mean takes
+// over as it fills.
+const lenPseudo = 4
+
+// lenFallback is the two-way model's mean length of model col on task t,
+// and whether it has one (the task and the model both seen in some cell).
+// k.mu is held.
+func (k *KNN) lenFallback(t int, col *column) (float64, bool) {
+	if t < 0 || t >= len(k.lenSeen) || !k.lenSeen[t] {
+		return 0, false
+	}
+	seen := false
+	for i := range col.taskLen {
+		if col.taskLen[i].n > 0 {
+			seen = true
+			break
+		}
+	}
+	if !seen {
+		return 0, false
+	}
+	return math.Exp(k.lenA[t]+col.lenB) * k.lenRatio, true
+}
+
+// fitLengths refits the two-way length model to the cells by a few sweeps
+// of alternating weighted least squares (weights = cell counts capped at
+// 32); k.mu is held for writing. T × models cells: microseconds.
+func (k *KNN) fitLengths() {
+	T := len(k.lenA)
+	if T == 0 {
+		return
+	}
+	for t := range k.lenSeen {
+		k.lenSeen[t] = false
+	}
+	var rs, rw float64
+	for _, c := range k.models {
+		for t := range c.taskLen {
+			if cell := &c.taskLen[t]; cell.n > 0 && t < T {
+				k.lenSeen[t] = true
+				w := math.Min(cell.n, 32)
+				rs += w * cell.mean / math.Exp(cell.logMean)
+				rw += w
+			}
+		}
+	}
+	k.lenRatio = 1
+	if rw > 0 {
+		k.lenRatio = rs / rw
+	}
+	for sweep := 0; sweep < 6; sweep++ {
+		for t := 0; t < T; t++ {
+			var s, w float64
+			for _, c := range k.models {
+				if t < len(c.taskLen) && c.taskLen[t].n > 0 {
+					wi := math.Min(c.taskLen[t].n, 32)
+					s += wi * (c.taskLen[t].logMean - c.lenB)
+					w += wi
+				}
+			}
+			if w > 0 {
+				k.lenA[t] = s / w
+			}
+		}
+		for _, c := range k.models {
+			var s, w float64
+			for t := range c.taskLen {
+				if t < T && c.taskLen[t].n > 0 {
+					wi := math.Min(c.taskLen[t].n, 32)
+					s += wi * (c.taskLen[t].logMean - k.lenA[t])
+					w += wi
+				}
+			}
+			if w > 0 {
+				c.lenB = s / w
+			}
 		}
 	}
 }
@@ -555,6 +657,7 @@ func (k *KNN) attachHead(h *Head) error {
 			return err
 		}
 	}
+	k.lenA, k.lenSeen, k.lenRatio = make([]float64, len(h.tasks)), make([]bool, len(h.tasks)), 1
 	for _, c := range k.models {
 		c.taskLen = make([]lenStat, len(h.tasks))
 		c.head = -1
@@ -761,6 +864,7 @@ func (k *KNN) observe(memo uint64, prompt, model string, q, l float64) error {
 		h.forward(s.vecs, &s.raw[0], s.xt, s.p, s.x)
 		if task := argmax32(s.p); l == l && task >= 0 && task < len(col.taskLen) {
 			col.taskLen[task].observe(l, taskLenWindow)
+			k.fitLengths()
 		}
 		if q == q {
 			if col.head < 0 {

@@ -247,6 +247,7 @@ func (k *KNN) seedTaskLengths(lines []labelLine) {
 			}
 		}
 	}
+	k.fitLengths()
 }
 
 func checkRecord(r Record) error {

@@ -80,6 +80,7 @@ type slot struct {
 	waiting   float64
 	kv        float64
 	pending   float64
+	queued    float64 // Σ L̂ of the requests in the admission queue
 	tpot      float64 // seconds per token with one more sequence
 }
 
@@ -334,9 +335,12 @@ func (c *Core) buildView(now time.Time) {
 	for i := range c.snaps {
 		s := &c.snaps[i]
 		m := s.Member
-		q := 0
+		q, queued := 0, 0.0
 		if aq := c.queues[m]; aq != nil {
 			q = aq.Len()
+			for _, t := range *aq {
+				queued += t.spec.Tokens
+			}
 		}
 		v := slot{
 			member:    m,
@@ -352,6 +356,7 @@ func (c *Core) buildView(now time.Time) {
 			waiting:   s.Waiting,
 			kv:        s.KVUsage,
 			pending:   s.Pending,
+			queued:    queued,
 		}
 		c.refreshTPOT(&v)
 		c.view = append(c.view, v)
@@ -415,57 +420,6 @@ func (c *Core) orderBatch(ests []routing.PromptEstimate) {
 	}
 }
 
-// soft filter bits, in relaxation order.
-const (
-	failTTFT uint8 = 1 << iota
-	failTPOT
-	failE2E
-	failQuality
-	failBudget
-)
-
-// relaxNames names the soft filters in relaxation order.
-func relaxName(bit uint8) string {
-	switch bit {
-	case failTTFT:
-		return "ttft"
-	case failTPOT:
-		return "tpot"
-	case failE2E:
-		return "e2e"
-	case failQuality:
-		return "quality"
-	default:
-		return "budget"
-	}
-}
-
-// budgetOf is the request's per-request cost budget: the smaller of
-// BudgetUSD and SLO.MaxCostUSD that is set, 0 for none.
-func budgetOf(r *routing.Request) float64 {
-	b := r.BudgetUSD
-	if s := r.SLO.MaxCostUSD; s > 0 && (b <= 0 || s < b) {
-		b = s
-	}
-	return b
-}
-
-// hasFilter reports whether the soft filter bit is active for r.
-func hasFilter(r *routing.Request, bit uint8) bool {
-	switch bit {
-	case failTTFT:
-		return r.SLO.TTFT > 0
-	case failTPOT:
-		return r.SLO.TPOT > 0
-	case failE2E:
-		return r.SLO.E2E > 0
-	case failQuality:
-		return r.QualityFloor > 0
-	default:
-		return budgetOf(r) > 0
-	}
-}
-
 func excluded(r *routing.Request, id string) bool {
 	for _, x := range r.Exclude {
 		if x == id {
@@ -526,6 +480,7 @@ func (c *Core) take(v *slot, tokens float64) bool {
 		return true
 	}
 	v.queue++
+	v.queued += tokens
 	return false
 }
 
@@ -646,7 +601,6 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 		c.lens, c.lensQ = append(c.lens, L), append(c.lensQ, Lq)
 	}
 	anyM := r.AnyModel()
-	sloTTFT, sloTPOT, sloE2E := r.SLO.TTFT.Seconds(), r.SLO.TPOT.Seconds(), r.SLO.E2E.Seconds()
 	for i := range c.view {
 		v := &c.view[i]
 		if !anyM && v.inst.Model != r.Model {
@@ -662,50 +616,18 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 		}
 		m := v.model
 		L := c.lens[m]
-		b := max(1, v.running)
-		// The load with the request placed on the instance — the same
-		// Load the lease records and Release feeds to Observe, so the
-		// model learns TTFT at the features it is asked at (predicting at
-		// running while learning at running+1 biased TTFT̂ by the
-		// learned running slope).
-		ttft := v.lat.TTFT(routing.Load{
-			Running: v.running + 1, Waiting: v.waiting + float64(v.queue), KVUsage: v.kv,
-			PendingDecodeTokens: v.pending, PromptTokens: prompt,
-		})
-		wait := 0.0
-		if v.inflight >= v.cap {
-			// A slot frees about every (mean remaining decode time)/b; a
-			// request is assumed to have at least one token left.
-			wait = float64(v.queue+1) * (v.tpot * max(v.pending/b, 1)) / b
-		}
-		decode := v.tpot * (v.pending / b)
-		var fail uint8
-		if sloTTFT > 0 && ttft+wait > sloTTFT {
-			fail |= failTTFT
-		}
-		if sloTPOT > 0 && v.tpot > sloTPOT {
-			fail |= failTPOT
-		}
-		if sloE2E > 0 && ttft+wait+decode+v.tpot*c.lensQ[m] > sloE2E {
-			fail |= failE2E
-		}
+		p := predict(v, prompt, L)
 		q := est.Quality[m]
-		if r.QualityFloor > 0 && q < r.QualityFloor {
-			fail |= failQuality
-		}
-		cost := v.inst.CostUSD(prompt, L)
-		if budget > 0 && cost > budget {
-			fail |= failBudget
-		}
+		fail := softFail(&filterInput{r: r, p: &p, q: q, lq: c.lensQ[m], budget: budget})
 		if fail == 0 {
 			passAll++
 		}
 		// Fill in place: no copy of the struct.
 		cands = append(cands, Candidate{})
 		cd := &cands[len(cands)-1]
-		cd.Index, cd.Model, cd.Quality, cd.Tokens, cd.Cost = i, m, q, L, cost
-		cd.TTFT, cd.TPOT, cd.Wait = ttft, v.tpot, wait
-		cd.Latency = ttft + wait + decode + v.tpot*L
+		cd.Index, cd.Model, cd.Quality, cd.Tokens, cd.Cost = i, m, q, L, p.Cost
+		cd.TTFT, cd.TPOT, cd.Wait = p.TTFT, p.TPOT, p.Wait
+		cd.Latency = p.Latency
 		cd.Load = v.inflight + v.queue
 		cd.fail = fail
 		cd.explore = v.exploring && v.inflight < c.cfg.ExploreConcurrency
@@ -763,12 +685,12 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 			cands[0] = cands[cheapest]
 			cands = cands[:1]
 			relaxed = append(relaxed, relaxName(failBudget))
-			normalise(cands)
+			normalise(cands, c.cfg.Score)
 			return cands, relaxed, nil
 		}
 	}
 	if passAll == len(cands) {
-		normalise(cands)
+		normalise(cands, c.cfg.Score)
 		return cands, nil, nil
 	}
 	mask := failTTFT | failTPOT | failE2E | failQuality | failBudget
@@ -795,26 +717,54 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 		}
 	}
 	cands = cands[:keep]
-	normalise(cands)
+	normalise(cands, c.cfg.Score)
 	return cands, relaxed, nil
 }
 
-// normalise sets CostNorm and LatencyNorm by the maxima over c. An
-// exploring candidate's latency is not trusted yet: its LatencyNorm is 0,
-// the best possible.
-func normalise(c []Candidate) {
-	maxC, maxT := 0.0, 0.0
+// normalise sets the normalised terms of the score over the candidates c
+// of one request: CostNorm and LatencyNorm by the maxima (Ĉ/maxĈ,
+// T̂/maxT̂), and the score terms QualityTerm, CostTerm, LatencyTerm in
+// [0,1] (higher is better) by mode — "range": (x − worst)/(best − worst)
+// per objective, 1 for all when every candidate is equal; "paper": Q̂,
+// 1 − Ĉ/maxĈ, 1 − T̂/maxT̂. An exploring candidate's latency is not trusted
+// yet: it gets the best latency term (LatencyNorm 0).
+func normalise(c []Candidate, mode string) {
+	minQ, maxQ := math.Inf(1), math.Inf(-1)
+	minC, maxC := math.Inf(1), 0.0
+	minT, maxT := math.Inf(1), 0.0
 	for j := range c {
-		maxC = max(maxC, c[j].Cost)
-		maxT = max(maxT, c[j].Latency)
+		minQ, maxQ = min(minQ, c[j].Quality), max(maxQ, c[j].Quality)
+		minC, maxC = min(minC, c[j].Cost), max(maxC, c[j].Cost)
+		if c[j].explore {
+			minT = 0 // scored as the fastest possible
+		} else {
+			minT, maxT = min(minT, c[j].Latency), max(maxT, c[j].Latency)
+		}
+	}
+	rangeTerm := func(x, worst, best float64) float64 {
+		if best == worst || math.IsInf(worst, 0) {
+			return 1
+		}
+		return (x - worst) / (best - worst)
 	}
 	for j := range c {
-		c[j].CostNorm, c[j].LatencyNorm = 0, 0
+		cd := &c[j]
+		cd.CostNorm, cd.LatencyNorm = 0, 0
 		if maxC > 0 {
-			c[j].CostNorm = c[j].Cost / maxC
+			cd.CostNorm = cd.Cost / maxC
 		}
-		if maxT > 0 && !c[j].explore {
-			c[j].LatencyNorm = c[j].Latency / maxT
+		if maxT > 0 && !cd.explore {
+			cd.LatencyNorm = cd.Latency / maxT
+		}
+		if mode == ScorePaper {
+			cd.QualityTerm, cd.CostTerm, cd.LatencyTerm = cd.Quality, 1-cd.CostNorm, 1-cd.LatencyNorm
+			continue
+		}
+		cd.QualityTerm = rangeTerm(cd.Quality, minQ, maxQ)
+		cd.CostTerm = rangeTerm(cd.Cost, maxC, minC)
+		cd.LatencyTerm = 1
+		if !cd.explore {
+			cd.LatencyTerm = rangeTerm(cd.Latency, maxT, minT)
 		}
 	}
 }

@@ -311,6 +311,13 @@ func TestWeightsMonotone(t *testing.T) {
 		wq := float64(step) / 10
 		w := routing.Weights{Quality: wq, Cost: (1 - wq) * 0.4, Latency: (1 - wq) * 0.6}
 		core := newCore(t, Config{}, Deps{Estimator: est, Latency: lat}, c)
+		// Every instance has served enough to be trusted: no exploration
+		// bonus, so the choice depends on the weights alone.
+		for _, m := range core.Fleet().Members() {
+			for range 3 {
+				core.Fleet().Release(t0, core.Fleet().Admit(t0, m, fleet.LeaseSpec{Tokens: 1}), routing.Outcome{})
+			}
+		}
 		var reqs []*routing.Request
 		for p := range 20 {
 			reqs = append(reqs, &routing.Request{ID: fmt.Sprint(p), Prompt: fmt.Sprint("p", p), PromptTokens: 200, Weights: w})

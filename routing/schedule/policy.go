@@ -36,6 +36,9 @@ type Candidate struct {
 	// Latency is T̂[r,i] in seconds (TTFT + queue wait + decode);
 	// LatencyNorm is Latency / max over candidates.
 	Latency, LatencyNorm float64
+	// QualityTerm, CostTerm and LatencyTerm are the score's normalised
+	// terms in [0,1], higher is better (see Config.Score and Score).
+	QualityTerm, CostTerm, LatencyTerm float64
 	// TTFT, TPOT and Wait are the parts of Latency, in seconds.
 	TTFT, TPOT, Wait float64
 	// Load is the instance's in-flight plus queued requests in the local
@@ -104,27 +107,40 @@ func (r *Registry) New(cfg routing.PolicyConfig) (Policy, error) {
 	return p, nil
 }
 
-// Score is the fused score of DESIGN §3.1 for a candidate whose cost and
-// latency are already normalised by the request's maxima:
-// S = w_q·Q̂ + w_c·(1 − Ĉ/maxĈ) + w_l·(1 − T̂/maxT̂).
+// Score is the fused score of a candidate whose terms are normalised over
+// the request's candidates: S = w_q·QualityTerm + w_c·CostTerm +
+// w_l·LatencyTerm. With Config.Score "range" (default) each term is the
+// candidate's position between the worst (0) and the best (1) candidate
+// on that objective; with "paper" it is DESIGN §3.1's
+// S = w_q·Q̂ + w_c·(1 − Ĉ/maxĈ) + w_l·(1 − T̂/maxT̂). See README "Score".
 func Score(w routing.Weights, c *Candidate) float64 {
-	return w.Quality*c.Quality + w.Cost*(1-c.CostNorm) + w.Latency*(1-c.LatencyNorm)
+	return w.Quality*c.QualityTerm + w.Cost*c.CostTerm + w.Latency*c.LatencyTerm
 }
 
-// RouteBalance picks the candidate with the highest fused Score (first on
-// ties). The oracle policy is the same choice over true labels.
+// RouteBalance picks the candidate with the highest fused Score; among
+// equal scores the least-loaded, then the fastest (so with w_q = 1 it is
+// quality-only's choice). The oracle policy is the same choice over true
+// labels.
 type RouteBalance struct{}
 
 // Pick returns the argmax of Score.
 func (*RouteBalance) Pick(_ *routing.Request, w routing.Weights, c []Candidate) int {
 	best, bestS := 0, math.Inf(-1)
 	for k := range c {
-		if s := Score(w, &c[k]); s > bestS {
-			best, bestS = k, s
+		s := Score(w, &c[k])
+		switch {
+		case s > bestS+scoreTie:
+		case s >= bestS-scoreTie && (c[k].Load < c[best].Load || (c[k].Load == c[best].Load && c[k].Latency < c[best].Latency)):
+		default:
+			continue
 		}
+		best, bestS = k, s
 	}
 	return best
 }
+
+// scoreTie is the score difference below which two candidates are equal.
+const scoreTie = 1e-12
 
 // RoundRobin cycles over the cluster's instances, model-blind and
 // load-blind, skipping those filtered out.

@@ -42,8 +42,26 @@ type Cell struct {
 	MeanBatch        float64 `json:"mean_batch"`
 	// ModelShare is the share of completed requests per served model.
 	ModelShare map[string]float64 `json:"model_share"`
+	// Tiers compares, per served tier (model@gpu), the scheduler's
+	// predicted E2E with the observed one.
+	Tiers map[string]TierE2E `json:"tiers,omitempty"`
 	// WallS is how long the cell took to simulate.
 	WallS float64 `json:"wall_s"`
+}
+
+// TierE2E is the predicted vs observed E2E of the requests one tier
+// served: means in seconds, Ratio = observed mean / predicted mean.
+type TierE2E struct {
+	Share     float64 `json:"share"`
+	Predicted float64 `json:"predicted_e2e_s"`
+	Observed  float64 `json:"observed_e2e_s"`
+	Ratio     float64 `json:"ratio"`
+	// The parts: mean TTFT (queue wait included) and output tokens,
+	// predicted and observed.
+	PredictedTTFT   float64 `json:"predicted_ttft_s"`
+	ObservedTTFT    float64 `json:"observed_ttft_s"`
+	PredictedTokens float64 `json:"predicted_tokens"`
+	ObservedTokens  float64 `json:"observed_tokens"`
 }
 
 // Summarize turns a run into a Cell (identity fields left for the caller).
@@ -90,6 +108,33 @@ func Summarize(r *Result, slo metrics.SLO) Cell {
 	}
 	for m := range c.ModelShare {
 		c.ModelShare[m] /= float64(max(c.Completed, 1))
+	}
+	type acc struct{ n, pred, obs, pttft, ottft, ptok, otok float64 }
+	tiers := map[string]*acc{}
+	for i := range r.Records {
+		rec := &r.Records[i]
+		if !rec.OK() || rec.Tier == "" || rec.PredictedE2E <= 0 {
+			continue
+		}
+		a := tiers[rec.Tier]
+		if a == nil {
+			a = &acc{}
+			tiers[rec.Tier] = a
+		}
+		a.n++
+		a.pred += rec.PredictedE2E.Seconds()
+		a.obs += rec.E2E.Seconds()
+		a.pttft += rec.PredictedTTFT.Seconds()
+		a.ottft += rec.TTFT.Seconds()
+		a.ptok += rec.PredictedTokens
+		a.otok += float64(rec.OutputTokens)
+	}
+	if len(tiers) > 0 {
+		c.Tiers = map[string]TierE2E{}
+		for t, a := range tiers {
+			c.Tiers[t] = TierE2E{Share: a.n / float64(max(c.Completed, 1)), Predicted: a.pred / a.n, Observed: a.obs / a.n, Ratio: a.obs / a.pred,
+				PredictedTTFT: a.pttft / a.n, ObservedTTFT: a.ottft / a.n, PredictedTokens: a.ptok / a.n, ObservedTokens: a.otok / a.n}
+		}
 	}
 	return c
 }

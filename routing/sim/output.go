@@ -25,6 +25,26 @@ func WriteTable(w io.Writer, cells []Cell) error {
 	return tw.Flush()
 }
 
+// WriteTiers writes, per cell, the predicted vs observed mean E2E of each
+// served tier.
+func WriteTiers(w io.Writer, cells []Cell) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tpreset\tλ\ttier\tshare\tpredicted_e2e_s\tobserved_e2e_s\tobserved/predicted\tttft_pred\tttft_obs\ttokens_pred\ttokens_obs\t")
+	for _, c := range cells {
+		names := make([]string, 0, len(c.Tiers))
+		for t := range c.Tiers {
+			names = append(names, t)
+		}
+		sort.Strings(names)
+		for _, t := range names {
+			x := c.Tiers[t]
+			fmt.Fprintf(tw, "%s\t%s\t%g\t%s\t%.3f\t%.3f\t%.3f\t%.2f\t%.3f\t%.3f\t%.1f\t%.1f\t\n", c.Policy, dash(c.Preset), c.Rate, t, x.Share, x.Predicted, x.Observed, x.Ratio,
+				x.PredictedTTFT, x.ObservedTTFT, x.PredictedTokens, x.ObservedTokens)
+		}
+	}
+	return tw.Flush()
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"

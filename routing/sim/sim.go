@@ -447,6 +447,11 @@ func record(j *Job, ev vllmemu.Event, w *World, estimated bool) metrics.Record {
 		CostUSD:      in.CostUSD(float64(j.ticket.PromptTokens), float64(ev.Tokens)),
 		Model:        in.Model,
 		Instance:     in.ID,
+		Tier:         in.Tier(),
+		PredictedE2E: j.Decision.PredictedE2E,
+
+		PredictedTTFT:   j.Decision.PredictedTTFT,
+		PredictedTokens: j.Decision.PredictedOutputTokens,
 	}
 	if estimated {
 		r.Quality, r.HasQuality = j.Decision.PredictedQuality, true

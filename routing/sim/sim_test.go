@@ -90,7 +90,7 @@ func TestIsolatedRequestsMatchTheInstanceModel(t *testing.T) {
 	for k, rec := range res.Records {
 		rec.Start = 0
 		want := metrics.Record{TTFT: 100 * ms, E2E: 140 * ms, PromptTokens: p, OutputTokens: 5,
-			Quality: 1, HasQuality: true, CostUSD: float64(p) + 10, Model: "m", Instance: "m@g#0"}
+			Quality: 1, HasQuality: true, CostUSD: float64(p) + 10, Model: "m", Instance: "m@g#0", Tier: "m@g"}
 		if d := cmp.Diff(want, rec, cmpopts.EquateApprox(0, 1e-9)); d != "" {
 			t.Errorf("record %d (-want +got):\n%s", k, d)
 		}

@@ -34,9 +34,18 @@ type Record struct {
 	HasQuality bool
 	// CostUSD is what the serving instance charged for the request.
 	CostUSD float64
-	// Model and Instance name what served the request (may be empty).
+	// Model and Instance name what served the request (may be empty);
+	// Tier is its model@gpu.
 	Model    string
 	Instance string
+	Tier     string
+	// PredictedE2E is the scheduler's T̂ for the request on the instance it
+	// chose (0 when unknown), to compare with E2E.
+	PredictedE2E time.Duration
+	// PredictedTTFT (queue wait included) and PredictedTokens are the
+	// scheduler's TTFT̂ and L̂ for the request.
+	PredictedTTFT   time.Duration
+	PredictedTokens float64
 }
 
 // OK reports whether the request succeeded.

@@ -1,0 +1,153 @@
+package schedule
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/routebalance/routebalance/routing"
+)
+
+// linearTier is TPOT = 0.02 + 0.001·running, TTFT = 0.05 + 0.0001·prompt.
+type linearTier struct{}
+
+func (linearTier) TPOT(l routing.Load) float64 { return 0.02 + 0.001*l.Running }
+func (linearTier) TTFT(l routing.Load) float64 { return 0.05 + 0.0001*l.PromptTokens }
+
+func TestPredict(t *testing.T) {
+	inst := &routing.Instance{PriceInPerMTok: 1, PriceOutPerMTok: 2}
+	slotOf := func(inflight, cap, queue int, running, pending, queued float64) *slot {
+		v := &slot{inst: inst, lat: linearTier{}, inflight: inflight, cap: cap, queue: queue,
+			running: running, pending: pending, queued: queued}
+		v.tpot = v.lat.TPOT(routing.Load{Running: running + 1})
+		return v
+	}
+	for _, tc := range []struct {
+		name string
+		v    *slot
+		L    float64
+		want prediction
+	}{
+		{"idle", slotOf(0, 4, 0, 0, 0, 0), 100,
+			prediction{TTFT: 0.07, TPOT: 0.021, Latency: 0.07 + 2.1, Cost: 200e-6 + 200e-6}},
+		{"below the cap: no wait", slotOf(3, 4, 0, 3, 300, 0), 100,
+			prediction{TTFT: 0.07, TPOT: 0.024, Latency: 0.07 + 2.4, Cost: 400e-6}},
+		// At the cap: the soonest of 4 running (100 tokens each left)
+		// frees after 100/4 = 25 steps, then the 2 queued run their 150
+		// predicted tokens 4 at a time: 37.5 steps; 62.5 · 0.025 s.
+		{"at the cap with a queue", slotOf(4, 4, 2, 4, 400, 150), 100,
+			prediction{TTFT: 0.07, TPOT: 0.025, Wait: 62.5 * 0.025, Latency: 0.07 + 62.5*0.025 + 2.5, Cost: 400e-6}},
+		// At least one token is left per running sequence.
+		{"at the cap, nothing pending", slotOf(2, 2, 0, 2, 0, 0), 10,
+			prediction{TTFT: 0.07, TPOT: 0.023, Wait: 0.5 * 0.023, Latency: 0.07 + 0.5*0.023 + 0.23, Cost: 200e-6 + 20e-6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := predict(tc.v, 200, tc.L)
+			if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(prediction{}), cmpopts.EquateApprox(0, 1e-9)); d != "" {
+				t.Errorf("predict (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestSoftFilters(t *testing.T) {
+	p := prediction{TTFT: 0.2, Wait: 0.1, TPOT: 0.03, Latency: 3.3, Cost: 0.002}
+	for _, tc := range []struct {
+		name string
+		r    routing.Request
+		q    float64
+		lq   float64
+		want []string // failed filters, relaxation order
+	}{
+		{"none active", routing.Request{}, 0.5, 100, nil},
+		{"ttft met", routing.Request{SLO: routing.SLO{TTFT: 301 * time.Millisecond}}, 0.5, 100, nil},
+		{"ttft counts the wait", routing.Request{SLO: routing.SLO{TTFT: 250 * time.Millisecond}}, 0.5, 100, []string{"ttft"}},
+		{"tpot", routing.Request{SLO: routing.SLO{TPOT: 20 * time.Millisecond}}, 0.5, 100, []string{"tpot"}},
+		{"e2e at the confident length", routing.Request{SLO: routing.SLO{E2E: 3 * time.Second}}, 0.5, 100, []string{"e2e"}},
+		{"e2e met at a shorter quantile", routing.Request{SLO: routing.SLO{E2E: 3 * time.Second}}, 0.5, 80, nil},
+		{"quality floor", routing.Request{QualityFloor: 0.6}, 0.5, 100, []string{"quality"}},
+		{"budget", routing.Request{BudgetUSD: 0.001}, 0.5, 100, []string{"budget"}},
+		{"slo max cost is the smaller budget", routing.Request{BudgetUSD: 0.01, SLO: routing.SLO{MaxCostUSD: 0.001}}, 0.5, 100, []string{"budget"}},
+		{"several", routing.Request{QualityFloor: 0.9, SLO: routing.SLO{TTFT: time.Millisecond, TPOT: time.Millisecond}}, 0.5, 100, []string{"ttft", "tpot", "quality"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := filterInput{r: &tc.r, p: &p, q: tc.q, lq: tc.lq, budget: budgetOf(&tc.r)}
+			fail := softFail(&in)
+			var got []string
+			for i := range softFilters {
+				if fail&softFilters[i].bit != 0 {
+					got = append(got, relaxName(softFilters[i].bit))
+				}
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("failed filters (-want +got):\n%s", d)
+			}
+			for i := range softFilters {
+				f := &softFilters[i]
+				if hasFilter(&tc.r, f.bit) != f.active(&tc.r) {
+					t.Errorf("hasFilter(%s) disagrees with the table", f.name)
+				}
+			}
+		})
+	}
+}
+
+func TestNormaliseRange(t *testing.T) {
+	c := []Candidate{
+		{Quality: 0.8, Cost: 4, Latency: 2},
+		{Quality: 0.6, Cost: 1, Latency: 1},
+		{Quality: 0.7, Cost: 2, Latency: 3, explore: true},
+	}
+	normalise(c, ScoreRange)
+	type terms struct{ Q, C, L float64 }
+	var got []terms
+	for _, x := range c {
+		got = append(got, terms{x.QualityTerm, x.CostTerm, x.LatencyTerm})
+	}
+	// Latency: the exploring candidate counts as the fastest (0 s).
+	want := []terms{{1, 0, 0}, {0, 1, 0.5}, {0.5, 2.0 / 3, 1}}
+	if d := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-12)); d != "" {
+		t.Errorf("range terms (-want +got):\n%s", d)
+	}
+	normalise(c, ScorePaper)
+	got = got[:0]
+	for _, x := range c {
+		got = append(got, terms{x.QualityTerm, x.CostTerm, x.LatencyTerm})
+	}
+	want = []terms{{0.8, 0, 0}, {0.6, 0.75, 0.5}, {0.7, 0.5, 1}}
+	if d := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-12)); d != "" {
+		t.Errorf("paper terms (-want +got):\n%s", d)
+	}
+	one := []Candidate{{Quality: 0.5, Cost: 1, Latency: 1}}
+	normalise(one, ScoreRange)
+	if one[0].QualityTerm != 1 || one[0].CostTerm != 1 || one[0].LatencyTerm != 1 || math.IsNaN(Score(routing.Weights{Quality: 1}, &one[0])) {
+		t.Errorf("a lone candidate's terms = %+v, want all 1", one[0])
+	}
+}
+
+// TestQualityWeightOneIsQualityOnly: with w_q = 1 the routebalance pick is
+// quality-only's (best Q̂ model, its least-loaded replica, the faster on
+// equal load) on any candidate set, in both score modes.
+func TestQualityWeightOneIsQualityOnly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, mode := range []string{ScoreRange, ScorePaper} {
+		for trial := 0; trial < 500; trial++ {
+			var c []Candidate
+			qs := []float64{rng.Float64(), rng.Float64(), rng.Float64()}
+			for i := 0; i < 9; i++ {
+				m := i % 3
+				c = append(c, Candidate{Index: i, Model: m, Quality: qs[m], Cost: rng.Float64(), Latency: 0.5 + rng.Float64(), Load: rng.IntN(3)})
+			}
+			normalise(c, mode)
+			rb := (&RouteBalance{}).Pick(nil, routing.Weights{Quality: 1}, c)
+			qo := (&QualityOnly{}).Pick(nil, routing.Weights{Quality: 1}, c)
+			if rb != qo {
+				t.Fatalf("%s trial %d: routebalance w_q=1 picked %+v, quality-only %+v", mode, trial, c[rb], c[qo])
+			}
+		}
+	}
+}
