@@ -9,10 +9,11 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/tenants"
+	"github.com/routebalance/routebalance/tenants/limits"
 )
 
 // KeyResolver turns the secret of an API key ("rb_…") into the principal it
@@ -25,31 +26,17 @@ type KeyResolver interface {
 	ResolveKey(ctx context.Context, secret string) (*tenants.Principal, error)
 }
 
-// Router admits a request on one instance of a cluster. Route blocks until
-// the request is admitted or ctx ends; errors: routing.ErrUnknownModel,
-// routing.ErrNoHealthyInstance, routing.ErrNoCapacity, routing.ErrClosed,
-// ctx.Err(). The caller releases the Assignment exactly once.
-// schedule.Router implements it.
-type Router interface {
-	Route(ctx context.Context, c *routing.Cluster, req *routing.Request) (*routing.Assignment, error)
-}
+// Router admits a request on one instance of a cluster:
+// dispatch.Router (schedule.Router implements it).
+type Router = dispatch.Router
 
-// Meter receives one usage event per request that reached an instance
-// (served, failed or cut short). Record must not block; it prices the
-// event (BilledUSD is left 0 by the caller). billing.Meter implements it.
-type Meter interface {
-	Record(ev billing.UsageEvent)
-}
+// Meter receives one usage event per request that reached an instance:
+// dispatch.Meter (billing.Meter implements it).
+type Meter = dispatch.Meter
 
-// SpendGuard is the spend control run before routing. Check returns an
-// error matching billing.ErrBudgetExceeded (a tenant or key monthly budget
-// is spent) or billing.ErrPaymentRequired (the subscription is unpaid past
-// its grace period), both answered 402, or nil to proceed. It must be
-// cheap (no database round trip) and safe for concurrent use.
-// billing.Guard implements it.
-type SpendGuard interface {
-	Check(l billing.Limits) error
-}
+// SpendGuard is the spend control run before routing: dispatch.SpendGuard
+// (billing.Guard implements it).
+type SpendGuard = dispatch.SpendGuard
 
 // QualityObserver learns from a client's quality score of a served
 // request: the prompt, the model that answered and the score in [0,1].
@@ -115,8 +102,10 @@ func (c InferenceConfig) withDefaults() InferenceConfig {
 
 // InferenceDeps are the inference API's collaborators. Keys and Router are
 // required for completions (without them the endpoints answer 503); Proxy
-// defaults to a proxy with default settings; Meter, Spend and Quality are
-// optional (no metering, no spend check, /v1/feedback answers 501).
+// defaults to a proxy with default settings; Meter, Spend and Quality are optional (no
+// metering, no spend check, /v1/feedback answers 501). The api hands
+// Router, Proxy, Limiter, Spend and Meter to routing/dispatch, which runs
+// each completion's journey.
 type InferenceDeps struct {
 	Keys    KeyResolver
 	Router  Router
@@ -125,7 +114,8 @@ type InferenceDeps struct {
 	Spend   SpendGuard
 	Quality QualityObserver
 	// Limiter enforces the rate limits (default: this process's own
-	// *limits.Limiter; cmd injects the Redis limiter for several replicas).
+	// *limits.Limiter on Clock; cmd injects one, the Redis limiter for
+	// several replicas).
 	Limiter RateLimiter
 	// Clock stamps arrivals and usage events (default the wall clock).
 	Clock routing.Clock
@@ -142,11 +132,10 @@ type inference struct {
 	deps   InferenceDeps
 	log    *slog.Logger
 	clock  routing.Clock
-	proxy  *proxy.Proxy
 	recent *recentRequests
-	// limiter enforces the keys' and tenants' rate limits (ratelimit.go).
-	limiter RateLimiter
-	trace   tracer
+	// dispatch runs each completion's journey; nil without a Router.
+	dispatch *dispatch.Dispatcher
+	trace    tracer
 }
 
 func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *inference {
@@ -155,25 +144,47 @@ func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *in
 		cfg = InferenceConfig{}
 	}
 	cfg = cfg.withDefaults()
-	h := &inference{cfg: cfg, deps: deps, log: log, clock: deps.Clock, proxy: deps.Proxy, trace: newTracer(deps.Tracer)}
+	h := &inference{cfg: cfg, deps: deps, log: log, clock: deps.Clock, trace: newTracer(deps.Tracer)}
 	if h.clock == nil {
 		h.clock = routing.WallClock{}
-	}
-	h.limiter = deps.Limiter
-	if h.limiter == nil {
-		h.limiter = newLimiter(h.clock, log)
-	}
-	if h.proxy == nil {
-		p, err := proxy.New(proxy.Config{}, proxy.Deps{Log: log, Clock: h.clock})
-		if err != nil { // the zero Config is valid; this cannot happen
-			panic(err)
-		}
-		h.proxy = p
 	}
 	if deps.Quality != nil {
 		h.recent = newRecentRequests(cfg.FeedbackWindow, cfg.FeedbackPromptBytes)
 	}
+	if deps.Router == nil {
+		return h
+	}
+	d, err := dispatch.New(dispatch.Config{}, h.dispatchDeps())
+	if err != nil { // the zero Config is valid and Router and Upstream are set
+		panic(err)
+	}
+	h.dispatch = d
 	return h
+}
+
+// dispatchDeps hands the journey's collaborators to routing/dispatch,
+// with the defaults for a missing proxy or limiter.
+func (h *inference) dispatchDeps() dispatch.Deps {
+	deps := h.deps
+	d := dispatch.Deps{Router: deps.Router, Spend: deps.Spend, Meter: deps.Meter, Limiter: deps.Limiter,
+		Status: h.dispatchStatus, Clock: h.clock, Log: h.log, Tracer: deps.Tracer}
+	if deps.Proxy != nil {
+		d.Upstream = deps.Proxy
+	} else {
+		p, err := proxy.New(proxy.Config{}, proxy.Deps{Log: h.log, Clock: h.clock})
+		if err != nil { // the zero Config is valid; this cannot happen
+			panic(err)
+		}
+		d.Upstream = p
+	}
+	if d.Limiter == nil {
+		l, err := limits.New(limits.Config{}, h.clock)
+		if err != nil { // the zero Config is valid; this cannot happen
+			panic(err)
+		}
+		d.Limiter = l
+	}
+	return d
 }
 
 // mountInference registers the OpenAI-compatible API under /v1.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -18,7 +17,9 @@ import (
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/proxy"
+	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
 	"github.com/routebalance/routebalance/tenants/limits"
 )
@@ -39,11 +40,6 @@ const (
 	statusClientClosed   = 499 // nginx's "client closed request"; never seen by the client
 	errCodeModelNotFound = "model_not_found"
 )
-
-// errAbandoned is the outcome of an assignment released by the deferred
-// safety net: the handler ended (panic or a path that forgot) while still
-// holding it.
-var errAbandoned = errors.New("request abandoned while holding its instance")
 
 // exchangeID returns the request's id for routing, metering and
 // feedback: the id the request-id middleware assigned, made unique when
@@ -122,329 +118,246 @@ func servedModels(c *routing.Cluster) []string {
 	return out
 }
 
-// exchange is one request's journey; it owns the Assignment until it is
-// released and records one usage event at the end.
+// exchange is the HTTP side of one completion request: what the handler
+// parsed, and the dispatch.Client that puts the journey's facts on the
+// response. The journey itself (admit, route, fail over, relay, release,
+// meter) is routing/dispatch's.
 type exchange struct {
-	h        *inference
-	id       string
-	p        *tenants.Principal
-	cluster  *routing.Cluster
-	body     *completionBody
-	arrival  time.Time
-	held     *routing.Assignment
-	recorded bool
-	limit    limits.Ticket // rate-limit hold (api/ratelimit.go), released once
-	root     trace.Span    // the request's root span, ended by endRoot
+	h       *inference
+	c       *fiber.Ctx
+	id      string
+	p       *tenants.Principal
+	cluster *routing.Cluster
+	body    *completionBody
+	root    trace.Span // the request's root span, ended by endRoot
+	buf     bodyBuffer // a non-streamed answer
+	// A stream's hand-off (stream): Begin closes begun once the headers
+	// are set, then waits for fasthttp's body writer on writer.
+	begun  chan struct{}
+	writer chan *bufio.Writer
 }
 
-// release frees the held assignment (if any) with o.
-func (x *exchange) release(o routing.Outcome) {
-	if x.held != nil {
-		x.held.Release(o)
-		x.held = nil
+var _ dispatch.Client = (*exchange)(nil)
+
+// Limited sets the x-ratelimit-* headers.
+func (x *exchange) Limited(st limits.Status) { setRateHeaders(x.c, st) }
+
+// Decided sets the decision headers.
+func (x *exchange) Decided(a *routing.Assignment) { setDecisionHeaders(x.c, a) }
+
+// FailedOver names the instance that could not be reached.
+func (x *exchange) FailedOver(instanceID string) { x.c.Set(hdrFailedOver, instanceID) }
+
+// Begin remembers the request for feedback and returns the body writer:
+// the buffer of a non-streamed answer, or, for a stream, fasthttp's body
+// writer once the handler has returned with the stream's headers.
+func (x *exchange) Begin(a *routing.Assignment, _ int) proxy.Writer {
+	x.h.remember(x, a)
+	if x.begun == nil {
+		return &x.buf
 	}
+	c := x.c
+	c.Status(http.StatusOK)
+	c.Set(fiber.HeaderContentType, "text/event-stream")
+	c.Set(fiber.HeaderCacheControl, "no-cache")
+	c.Set("X-Accel-Buffering", "no")
+	close(x.begun)
+	// fasthttp starts the body writer as soon as it is set
+	// (SetBodyStreamWriter), so this receive always completes.
+	return <-x.writer
 }
 
-// record sends the usage event once. a is the assignment the request ended
-// on (nil when none was granted: nothing is recorded then).
-func (x *exchange) record(a *routing.Assignment, res *proxy.Result, status string, httpStatus int) {
-	x.observeLimits(res)
-	if x.recorded || a == nil || x.h.deps.Meter == nil {
-		return
-	}
-	x.recorded = true
-	if x.root != nil && x.root.IsRecording() {
-		_, sp := x.h.trace.start(trace.ContextWithSpan(context.Background(), x.root), "meter")
-		sp.SetAttributes(attrResult.String(status), attrStatusCode.Int(httpStatus))
-		defer sp.End()
-	}
-	now := x.h.clock.Now()
-	ev := billing.UsageEvent{
-		RequestID: x.id, TenantID: x.p.Tenant.ID, KeyID: x.p.Key.ID, ClusterID: x.cluster.ID,
-		InstanceID: a.Instance.ID, Model: a.Instance.Model, Policy: a.Policy,
-		PredictedQuality: a.PredictedQuality, Status: status, HTTPStatus: httpStatus,
-		StartedAt: x.arrival, FinishedAt: now, E2E: now.Sub(x.arrival),
-	}
-	if res != nil {
-		ev.PromptTokens, ev.OutputTokens = res.Outcome.PromptTokens, res.Outcome.OutputTokens
-		ev.CostUSD = a.Instance.CostUSD(float64(ev.PromptTokens), float64(ev.OutputTokens))
-		switch {
-		case res.Outcome.TTFT > 0:
-			// the client's TTFT: its E2E less the instance's decode time
-			ev.TTFT = ev.E2E - (res.Outcome.E2E - res.Outcome.TTFT)
-		case res.Outcome.Err == nil && x.body != nil && !x.body.stream:
-			// a non-streamed client gets its first token with the whole
-			// answer (the proxy reports no TTFT for it: see routing.Outcome)
-			ev.TTFT = ev.E2E
-		}
-	}
-	x.h.deps.Meter.Record(ev)
-}
-
-// complete serves POST /v1/chat/completions and /v1/completions.
+// complete serves POST /v1/chat/completions and /v1/completions: it
+// authenticates and parses the request into a dispatch.Call, runs it and
+// writes the answer.
 func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 	spanName := "POST " + string(ep)
 	return func(c *fiber.Ctx) (err error) {
-		x := &exchange{h: h, arrival: h.clock.Now(), id: exchangeID(c)}
+		x := &exchange{h: h, c: c, id: exchangeID(c)}
+		arrival := h.clock.Now()
 		// The request context carries the server's request deadline; a
 		// stream takes its cancel over (requestCancel) because it outlives
 		// the handler. Client departure is noticed by the connection
-		// watcher below, which cancels ctx.
+		// watcher, which cancels ctx.
 		ctx, cancel := context.WithCancel(c.UserContext())
-		handedOff := false
-		defer func() {
-			if !handedOff {
-				cancel()
-			}
-		}()
-		// The root span ends last, when the answer is known; a stream's
-		// goroutine takes it over with the rest of the exchange.
 		ctx = h.trace.extract(ctx, c)
-		ctx, x.root = h.trace.startServer(ctx, spanName)
+		ctx, x.root = h.trace.StartServer(ctx, spanName)
 		if x.root.IsRecording() {
-			x.root.SetAttributes(attrRequestID.String(x.id))
+			x.root.SetAttributes(telemetry.AttrRequestID.String(x.id))
 			c.Locals(localTraceID, x.root.SpanContext().TraceID().String())
 		}
+		handedOff := false
 		defer func() {
-			if !handedOff {
-				status := c.Response().StatusCode()
-				if err != nil {
-					status = errorStatus(err)
-				}
-				x.endRoot(status)
+			if handedOff {
+				return
 			}
-		}()
-		defer func() { x.release(routing.Outcome{Err: errAbandoned}) }()
-
-		actx, asp := h.trace.start(ctx, "auth")
-		p, err := h.authenticate(actx, c)
-		if asp.IsRecording() {
-			if p == nil {
-				asp.SetStatus(codes.Error, "not authenticated")
-			} else {
-				asp.SetAttributes(attrTenant.String(p.Tenant.ID))
-			}
-		}
-		asp.End()
-		if p == nil {
-			return err
-		}
-		x.p = p
-		if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
-			return sendError(c, http.StatusUnsupportedMediaType, typeInvalidRequest, "", "", "compressed request bodies are not accepted")
-		}
-		body, err := parseCompletion(c.BodyRaw(), ep)
-		if err != nil {
-			return sendParamError(c, err)
-		}
-		x.body = body
-		if err := body.rb.parseHeaders(func(k string) string { return strings.Clone(c.Get(k)) }); err != nil { // fasthttp reuses header memory: copy
-			return sendParamError(c, err)
-		}
-		// Body options win over headers: parsed on top of them.
-		if raw, ok := present(body.fields, "routebalance"); ok {
-			if err := body.rb.parseBody(raw); err != nil {
-				return sendParamError(c, err)
-			}
-		}
-		weights, err := resolveWeights(&body.rb, p)
-		if err != nil {
-			return sendParamError(c, err)
-		}
-		cl, ok := p.RoutingCluster()
-		if !ok {
-			return sendError(c, http.StatusBadRequest, typeInvalidRequest, "no_cluster", "", p.NoClusterReason())
-		}
-		x.cluster = cl
-		if x.root.IsRecording() {
-			x.root.SetAttributes(attrCluster.String(cl.ID), attrStream.Bool(body.stream))
-		}
-		if h.deps.Router == nil {
-			return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "not_configured", "", "no router is configured on this server")
-		}
-		if refused, err := h.checkSpend(c, p); refused {
-			return err
-		}
-		if refused, err := h.admitLimits(c, x); refused {
-			return err
-		}
-		defer func() {
-			if !handedOff {
-				x.releaseLimits()
-			}
-		}()
-		slo := resolveSLO(&body.rb, p)
-		req := &routing.Request{
-			ID: x.id, Prompt: body.prompt, PromptTokens: body.promptTokens, MaxTokens: body.maxTokens,
-			Model: body.model, Weights: weights, SLO: slo, BudgetUSD: body.rb.budgetUSD,
-			Workflow: body.rb.workflow, Policy: body.rb.policy, Arrival: x.arrival, Priority: routing.PriorityNormal,
-		}
-		if body.rb.priority != nil {
-			req.Priority = *body.rb.priority
-		}
-		budget := req.BudgetUSD
-		if slo.MaxCostUSD > 0 && (budget == 0 || slo.MaxCostUSD < budget) {
-			budget = slo.MaxCostUSD
-		}
-
-		stopWatch := watchClient(c.Context().Conn(), h.cfg.ClientCheckInterval, cancel)
-		defer func() {
-			if !handedOff {
-				stopWatch()
-			}
-		}()
-
-		var (
-			a        *routing.Assignment
-			resp     *proxy.Response
-			firstErr error
-			usp      trace.Span // the upstream span of the open attempt
-		)
-		for attempt := 0; ; attempt++ {
-			rctx, rsp, t0 := h.trace.startNow(ctx, "route")
-			a, err = h.deps.Router.Route(rctx, cl, req)
-			if rsp.IsRecording() {
-				t1 := time.Now()
-				h.trace.traceRoute(rctx, rsp, t0, t1, attempt, a, err)
-				rsp.End(trace.WithTimestamp(t1))
-				if err == nil && x.root.IsRecording() {
-					x.root.SetAttributes(attrModel.String(a.Instance.Model), attrPolicy.String(a.Policy), attrInstance.String(a.Instance.ID))
-				}
-			} else {
-				rsp.End()
-			}
+			cancel()
+			status := c.Response().StatusCode()
 			if err != nil {
-				if firstErr != nil { // the fail-over found no other instance
-					return h.sendUnreachable(c, x, firstErr)
-				}
-				return h.sendRouteError(ctx, c, x, err)
+				status = errorStatus(err)
 			}
-			x.held = a
-			setDecisionHeaders(c, a)
-			call := &proxy.Call{
-				Endpoint: ep, Body: body.fields, Stream: body.stream, IncludeUsage: body.includeUsage,
-				MaxTokens: a.MaxTokens, BudgetUSD: budget, PromptTokens: body.promptTokens, RequestID: x.id,
-			}
-			// The upstream span's context goes to Open, so the
-			// instance's traceparent names it as the parent.
-			var uctx context.Context
-			uctx, usp = h.trace.start(ctx, "upstream")
-			if usp.IsRecording() {
-				usp.SetAttributes(attrInstance.String(a.Instance.ID), attrStream.Bool(body.stream))
-			}
-			resp, err = h.proxy.Open(uctx, &a.Instance, call)
-			if err == nil {
-				break
-			}
-			endUpstream(usp, nil, err)
-			var se *proxy.StatusError
-			switch {
-			case errors.Is(err, proxy.ErrUnreachable):
-				x.release(routing.Outcome{Err: err, Upstream: true})
-				if attempt == 0 {
-					firstErr = err
-					retry := *req // the first ticket may still refer to req
-					retry.Exclude = append(append([]string(nil), req.Exclude...), a.Instance.ID)
-					req = &retry
-					c.Set(hdrFailedOver, a.Instance.ID)
-					continue
-				}
-				x.record(a, nil, proxy.ResultError, http.StatusBadGateway)
-				return h.sendUnreachable(c, x, err)
-			case errors.As(err, &se):
-				x.release(routing.Outcome{Err: err, Upstream: se.InstanceFault()})
-				status := h.sendUpstreamStatus(c, se)
-				x.record(a, nil, proxy.ResultError, status)
-				return nil
-			case errors.Is(err, context.DeadlineExceeded):
-				x.release(routing.Outcome{Err: err})
-				x.record(a, nil, proxy.ResultError, http.StatusGatewayTimeout)
-				return sendError(c, http.StatusGatewayTimeout, typeServer, "timeout", "", "the request exceeded the server's time limit")
-			default: // the client went away (or the server is stopping)
-				x.release(routing.Outcome{Err: err})
-				x.record(a, nil, proxy.ResultCancelled, statusClientClosed)
-				return sendError(c, statusClientClosed, typeInvalidRequest, "client_closed", "", "the client closed the request")
-			}
+			x.endRoot(status)
+		}()
+		call, err := h.prepare(ctx, x, ep, arrival)
+		if call == nil {
+			return err
 		}
-
-		if !body.stream {
-			var buf bodyBuffer
-			res := resp.Relay(ctx, &buf, a)
-			endUpstream(usp, &res, nil)
-			x.release(res.Outcome)
-			h.remember(x, a)
-			switch res.Status {
-			case proxy.ResultOK:
-				x.record(a, &res, res.Status, http.StatusOK)
-				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-				return c.Status(resp.Status).Send(buf.b)
-			case proxy.ResultCancelled:
-				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-					x.record(a, &res, proxy.ResultError, http.StatusGatewayTimeout)
-					return sendError(c, http.StatusGatewayTimeout, typeServer, "timeout", "", "the request exceeded the server's time limit")
-				}
-				x.record(a, &res, res.Status, statusClientClosed)
-				return sendError(c, statusClientClosed, typeInvalidRequest, "client_closed", "", "the client closed the request")
-			default:
-				x.record(a, &res, res.Status, http.StatusBadGateway)
-				return sendError(c, http.StatusBadGateway, typeUpstream, "upstream_error", "",
-					fmt.Sprintf("instance %s failed while answering: %v", a.Instance.ID, res.Outcome.Err))
-			}
+		stopWatch := watchClient(c.Context().Conn(), h.cfg.ClientCheckInterval, cancel)
+		if !x.body.stream {
+			res, err := h.dispatch.Dispatch(ctx, *call)
+			stopWatch()
+			return x.answer(ctx, res, err)
 		}
-
-		// Streaming: headers go out when the handler returns; the body is
-		// written by fasthttp's stream-writer goroutine, which from here on
-		// owns the assignment, the context and the connection watcher.
-		c.Status(http.StatusOK)
-		c.Set(fiber.HeaderContentType, "text/event-stream")
-		c.Set(fiber.HeaderCacheControl, "no-cache")
-		c.Set("X-Accel-Buffering", "no")
-		handedOff = true
-		endRequest := requestCancel(c)
-		x.held = nil
-		h.remember(x, a)
-		log := h.log
-		c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
-			res := proxy.Result{Status: proxy.ResultError}
-			sent := &tokenTally{a: a}
-			defer func() {
-				if r := recover(); r != nil {
-					log.Error("panic while relaying a stream", slog.String("request_id", x.id), slog.Any("panic", r))
-					// meter what had been streamed before the panic
-					res.Outcome = routing.Outcome{Err: fmt.Errorf("panic while relaying: %v", r),
-						PromptTokens: body.promptTokens, OutputTokens: sent.n}
-					res.Status = proxy.ResultError
-					resp.Close()
-				}
-				endUpstream(usp, &res, nil)
-				stopWatch()
-				cancel()
-				endRequest()
-				a.Release(res.Outcome)
-				status := http.StatusOK
-				if res.Status == proxy.ResultCancelled {
-					status = statusClientClosed
-				}
-				x.record(a, &res, res.Status, status)
-				x.releaseLimits()
-				x.endRoot(status)
-			}()
-			res = resp.Relay(ctx, w, sent)
-		})
-		return nil
+		handedOff, err = x.stream(ctx, call, func() { stopWatch(); cancel() })
+		return err
 	}
 }
 
-// tokenTally forwards streamed-token progress to the assignment and keeps
-// the last count (owned by the stream goroutine).
-type tokenTally struct {
-	a *routing.Assignment
-	n int
+// prepare authenticates and parses the request into a Call, or writes the
+// refusal and returns nil.
+func (h *inference) prepare(ctx context.Context, x *exchange, ep proxy.Endpoint, arrival time.Time) (*dispatch.Call, error) {
+	c := x.c
+	actx, asp := h.trace.Start(ctx, "auth")
+	p, err := h.authenticate(actx, c)
+	if asp.IsRecording() {
+		if p == nil {
+			asp.SetStatus(codes.Error, "not authenticated")
+		} else {
+			asp.SetAttributes(telemetry.AttrTenant.String(p.Tenant.ID))
+		}
+	}
+	asp.End()
+	if p == nil {
+		return nil, err
+	}
+	x.p = p
+	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
+		return nil, sendError(c, http.StatusUnsupportedMediaType, typeInvalidRequest, "", "", "compressed request bodies are not accepted")
+	}
+	body, err := parseRequest(c, ep)
+	if err != nil {
+		return nil, sendParamError(c, err)
+	}
+	x.body = body
+	weights, err := resolveWeights(&body.rb, p)
+	if err != nil {
+		return nil, sendParamError(c, err)
+	}
+	cl, ok := p.RoutingCluster()
+	if !ok {
+		return nil, sendError(c, http.StatusBadRequest, typeInvalidRequest, "no_cluster", "", p.NoClusterReason())
+	}
+	x.cluster = cl
+	if x.root.IsRecording() {
+		x.root.SetAttributes(telemetry.AttrCluster.String(cl.ID), telemetry.AttrStream.Bool(body.stream))
+	}
+	if h.dispatch == nil {
+		return nil, sendError(c, http.StatusServiceUnavailable, typeUnavailable, "not_configured", "", "no router is configured on this server")
+	}
+	return newCall(x, ep, weights, arrival), nil
 }
 
-func (t *tokenTally) Progress(n int) {
-	t.n = n
-	t.a.Progress(n)
+// parseRequest reads the body, then the X-RouteBalance-* headers and the
+// body's "routebalance" object on top of them (the body wins).
+func parseRequest(c *fiber.Ctx, ep proxy.Endpoint) (*completionBody, error) {
+	body, err := parseCompletion(c.BodyRaw(), ep)
+	if err != nil {
+		return nil, err
+	}
+	if err := body.rb.parseHeaders(func(k string) string { return strings.Clone(c.Get(k)) }); err != nil { // fasthttp reuses header memory: copy
+		return nil, err
+	}
+	if raw, ok := present(body.fields, "routebalance"); ok {
+		if err := body.rb.parseBody(raw); err != nil {
+			return nil, err
+		}
+	}
+	return body, nil
+}
+
+// newCall builds the dispatch.Call of a parsed request.
+func newCall(x *exchange, ep proxy.Endpoint, weights routing.Weights, arrival time.Time) *dispatch.Call {
+	p, body := x.p, x.body
+	req := &routing.Request{
+		ID: x.id, Prompt: body.prompt, PromptTokens: body.promptTokens, MaxTokens: body.maxTokens,
+		Model: body.model, Weights: weights, SLO: resolveSLO(&body.rb, p), BudgetUSD: body.rb.budgetUSD,
+		Workflow: body.rb.workflow, Policy: body.rb.policy, Arrival: arrival, Priority: routing.PriorityNormal,
+	}
+	if body.rb.priority != nil {
+		req.Priority = *body.rb.priority
+	}
+	spend := billing.Limits{TenantID: p.Tenant.ID, KeyID: p.Key.ID, TenantMonthlyUSD: p.Settings.SLO.MonthlyBudgetUSD}
+	if p.Key.SLO != nil {
+		spend.KeyMonthlyUSD = p.Key.SLO.MonthlyBudgetUSD
+	}
+	return &dispatch.Call{
+		Request: req, Cluster: x.cluster, Spend: spend,
+		TenantLimits: p.Settings.Limits.Limiter(), KeyLimits: p.Key.Limits.Limiter(),
+		Forward: proxy.Call{Endpoint: ep, Body: body.fields, Stream: body.stream, IncludeUsage: body.includeUsage,
+			PromptTokens: body.promptTokens, RequestID: x.id},
+		Client: x,
+	}
+}
+
+// answer writes a non-streamed call's answer: the instance's body, or the
+// error's envelope.
+func (x *exchange) answer(ctx context.Context, res dispatch.Result, err error) error {
+	if err != nil {
+		return x.h.sendFailure(ctx, x, err)
+	}
+	x.c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return x.c.Status(res.UpstreamStatus).Send(x.buf.b)
+}
+
+// streamEnd is how a streamed call's Dispatch ended.
+type streamEnd struct {
+	res    dispatch.Result
+	err    error
+	panic  any
+	status int // what the client got
+}
+
+// stream runs a streamed call. Dispatch runs on its own goroutine: until
+// its Begin the handler waits, and answers an error (or a panic) that
+// ended the call first like any other; once the stream's headers are set
+// the handler returns (fasthttp sends headers only then) and fasthttp's
+// body writer hands its writer to Begin and waits for the relay to end.
+// done stops the connection watcher and cancels ctx.
+func (x *exchange) stream(ctx context.Context, call *dispatch.Call, done func()) (handedOff bool, _ error) {
+	x.begun, x.writer = make(chan struct{}), make(chan *bufio.Writer, 1)
+	ended := make(chan streamEnd, 1)
+	go func() {
+		var e streamEnd
+		defer func() {
+			if r := recover(); r != nil {
+				e = streamEnd{panic: r, status: http.StatusInternalServerError}
+			}
+			done()
+			ended <- e
+		}()
+		e.res, e.err = x.h.dispatch.Dispatch(ctx, *call)
+		e.status = x.h.dispatchStatus(e.err)
+	}()
+	select {
+	case e := <-ended:
+		if e.panic != nil {
+			panic(e.panic) // answered 500 by recoverPanic
+		}
+		return false, x.h.sendFailure(ctx, x, e.err)
+	case <-x.begun:
+	}
+	endRequest := requestCancel(x.c)
+	log := x.h.log
+	x.c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		x.writer <- w
+		e := <-ended
+		if e.panic != nil {
+			log.Error("panic while streaming", slog.String("request_id", x.id), slog.Any("panic", e.panic))
+		}
+		endRequest()
+		x.endRoot(e.status)
+	})
+	return true, nil
 }
 
 // bodyBuffer collects a non-streamed body.
@@ -473,66 +386,6 @@ func setDecisionHeaders(c *fiber.Ctx, a *routing.Assignment) {
 	}
 }
 
-// sendRouteError maps the router's errors to HTTP.
-func (h *inference) sendRouteError(ctx context.Context, c *fiber.Ctx, x *exchange, err error) error {
-	switch {
-	case errors.Is(err, routing.ErrUnknownModel):
-		models := append(servedModels(x.cluster), "auto")
-		return sendError(c, http.StatusNotFound, typeInvalidRequest, errCodeModelNotFound, "model",
-			fmt.Sprintf("The model `%s` does not exist in this cluster; available: %s", x.body.model, strings.Join(models, ", ")))
-	case errors.Is(err, routing.ErrNoHealthyInstance):
-		return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "no_healthy_instance", "",
-			"no healthy instance can serve this request right now")
-	case errors.Is(err, routing.ErrNoCapacity):
-		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(int((h.cfg.RetryAfter+time.Second-1)/time.Second)))
-		return sendError(c, http.StatusTooManyRequests, typeRateLimit, "no_capacity", "",
-			"every instance that can serve this request is at capacity; retry later")
-	case errors.Is(err, routing.ErrClosed):
-		return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "shutting_down", "", "the server is shutting down")
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return sendError(c, http.StatusGatewayTimeout, typeServer, "timeout", "", "the request exceeded the server's time limit")
-	case ctx.Err() != nil:
-		return sendError(c, statusClientClosed, typeInvalidRequest, "client_closed", "", "the client closed the request")
-	}
-	h.log.Error("route", slog.String("request_id", x.id), slog.String("error", err.Error()))
-	return sendError(c, http.StatusInternalServerError, typeServer, "", "", "routing failed")
-}
-
-func (h *inference) sendUnreachable(c *fiber.Ctx, x *exchange, err error) error {
-	return sendError(c, http.StatusBadGateway, typeUpstream, "upstream_unreachable", "",
-		"no instance could be reached: "+err.Error())
-}
-
-// sendUpstreamStatus relays an upstream error answer and returns the
-// status sent: client errors (4xx) keep their status and message so the
-// caller can fix the request; server errors become 502 with the upstream's
-// message. An upstream 401/403 is RouteBalance's credential problem, not
-// the client's, so it is a 502 too.
-func (h *inference) sendUpstreamStatus(c *fiber.Ctx, se *proxy.StatusError) int {
-	code := se.Code
-	if _, err := strconv.Atoi(code); err == nil {
-		code = "" // vLLM puts the numeric status there
-	}
-	switch {
-	case se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden:
-		_ = sendError(c, http.StatusBadGateway, typeUpstream, "upstream_auth", "",
-			fmt.Sprintf("instance %s rejected the registered upstream API key (%d): %s", se.InstanceID, se.Status, se.Message))
-		return http.StatusBadGateway
-	case se.Status == http.StatusTooManyRequests:
-		_ = sendError(c, http.StatusTooManyRequests, typeRateLimit, code, se.Param, se.Message)
-		return se.Status
-	case se.Status >= 400 && se.Status < 500:
-		if code == "" && se.Status == http.StatusNotFound {
-			code = errCodeModelNotFound
-		}
-		_ = sendError(c, se.Status, typeInvalidRequest, code, se.Param, se.Message)
-		return se.Status
-	}
-	_ = sendError(c, http.StatusBadGateway, typeUpstream, "upstream_error", "",
-		fmt.Sprintf("instance %s answered %d: %s", se.InstanceID, se.Status, se.Message))
-	return http.StatusBadGateway
-}
-
 // models serves GET /v1/models: the cluster's served models plus "auto".
 func (h *inference) models(c *fiber.Ctx) error {
 	p, err := h.authenticate(c.UserContext(), c)
@@ -556,28 +409,4 @@ func (h *inference) models(c *fiber.Ctx) error {
 		}
 	}
 	return c.JSON(fiber.Map{"object": "list", "data": data})
-}
-
-// checkSpend runs the spend guard (when one is wired). When it refuses,
-// the answer (402, or 500 when the check itself failed) is written and
-// refused is true.
-func (h *inference) checkSpend(c *fiber.Ctx, p *tenants.Principal) (refused bool, _ error) {
-	if h.deps.Spend == nil {
-		return false, nil
-	}
-	l := billing.Limits{TenantID: p.Tenant.ID, KeyID: p.Key.ID, TenantMonthlyUSD: p.Settings.SLO.MonthlyBudgetUSD}
-	if p.Key.SLO != nil {
-		l.KeyMonthlyUSD = p.Key.SLO.MonthlyBudgetUSD
-	}
-	err := h.deps.Spend.Check(l)
-	switch {
-	case err == nil:
-		return false, nil
-	case errors.Is(err, billing.ErrBudgetExceeded):
-		return true, sendError(c, http.StatusPaymentRequired, typeInsufficient, "budget_exceeded", "", err.Error())
-	case errors.Is(err, billing.ErrPaymentRequired):
-		return true, sendError(c, http.StatusPaymentRequired, typeInsufficient, "payment_required", "", err.Error())
-	}
-	h.log.Error("spend check", slog.String("tenant_id", p.Tenant.ID), slog.String("error", err.Error()))
-	return true, sendError(c, http.StatusServiceUnavailable, typeServer, "spend_check_unavailable", "", "could not check the spend limit; try again")
 }

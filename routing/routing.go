@@ -125,6 +125,17 @@ type Request struct {
 	Arrival time.Time
 }
 
+// Budget is the request's per-request cost budget in USD: the smaller of
+// BudgetUSD and SLO.MaxCostUSD that is set, 0 for none. The scheduler
+// filters and clamps by it and the proxy stops a stream at it.
+func (r *Request) Budget() float64 {
+	b := r.BudgetUSD
+	if s := r.SLO.MaxCostUSD; s > 0 && (b <= 0 || s < b) {
+		b = s
+	}
+	return b
+}
+
 // AnyModel reports whether the request may be served by any model.
 func (r *Request) AnyModel() bool { return r.Model == "" || r.Model == "auto" }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/routebalance/routebalance/routing/sim"
 	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
+	"github.com/routebalance/routebalance/tenants/limits"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
@@ -445,8 +446,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if tracing.Enabled() {
 		log.Info("tracing", slog.String("otlp_endpoint", cfg.tracing.Endpoint), slog.Float64("sample_ratio", cfg.tracing.SampleRatio))
 	}
+	// Rate limits of keys and tenants (tenants/limits): one limiter for
+	// the process, on the wall clock.
+	limiter, err := limits.New(limits.Config{}, nil)
+	if err != nil {
+		return fmt.Errorf("rate limiter: %w", err)
+	}
 	deps.Inference = api.InferenceDeps{Keys: svc, Router: tel.Router(router), Proxy: px, Meter: tel.Meter(bill.meter, bill.pricing), Spend: bill.guard,
-		Tracer: tracing.Provider()}
+		Limiter: limiter, Tracer: tracing.Provider()}
 	// Several replicas: rate limits and budgets counted in Redis
 	// (serve_redis.go); without it each replica enforces them alone.
 	sh, err := newShared(ctx, cfg.redis, log)

@@ -1,0 +1,152 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/dispatch"
+	"github.com/routebalance/routebalance/routing/proxy"
+)
+
+// failure is one error answer of the inference API.
+type failure struct {
+	status         int
+	typ, code, msg string
+	param          string
+	retry          bool // send Retry-After: retryAfter in whole seconds, at least 1
+	retryAfter     time.Duration
+	log            bool // a failure of the server: logged
+}
+
+// failureOf is the inference API's mapping of a dispatch error to its
+// answer (the table in README.md); x, when known, names the request in
+// the messages that quote it.
+func (h *inference) failureOf(err error, x *exchange) failure {
+	var de *dispatch.Error
+	if !errors.As(err, &de) {
+		return failure{status: http.StatusInternalServerError, typ: typeServer, msg: "internal server error", log: true}
+	}
+	switch de.Step {
+	case dispatch.StepSpend:
+		return spendFailure(de.Err)
+	case dispatch.StepLimit:
+		if de.Refusal.Unavailable { // a shared limiter that fails closed
+			return failure{status: http.StatusServiceUnavailable, typ: typeServer, code: errCodeLimiterUnavailable,
+				msg: de.Refusal.Message(), retry: true, retryAfter: de.Refusal.RetryAfter}
+		}
+		return failure{status: http.StatusTooManyRequests, typ: typeRateLimit, code: errCodeRateLimited,
+			msg: de.Refusal.Message(), retry: true, retryAfter: de.Refusal.RetryAfter}
+	case dispatch.StepRoute:
+		return h.routeFailure(de.Err, x)
+	}
+	var se *proxy.StatusError
+	switch {
+	case errors.As(err, &se):
+		return upstreamFailure(se)
+	case errors.Is(err, proxy.ErrUnreachable):
+		return failure{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_unreachable",
+			msg: "no instance could be reached: " + de.Err.Error()}
+	case errors.Is(err, context.DeadlineExceeded):
+		return failure{status: http.StatusGatewayTimeout, typ: typeServer, code: "timeout", msg: "the request exceeded the server's time limit"}
+	case de.Step == dispatch.StepRelay && !errors.Is(err, context.Canceled):
+		return failure{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_error",
+			msg: fmt.Sprintf("instance %s failed while answering: %v", de.Instance, de.Err)}
+	}
+	// the client went away (or the server is stopping)
+	return failure{status: statusClientClosed, typ: typeInvalidRequest, code: "client_closed", msg: "the client closed the request"}
+}
+
+// spendFailure answers the spend guard: 402 for a spent budget or an
+// unpaid subscription, 503 when the check itself failed.
+func spendFailure(err error) failure {
+	switch {
+	case errors.Is(err, billing.ErrBudgetExceeded):
+		return failure{status: http.StatusPaymentRequired, typ: typeInsufficient, code: "budget_exceeded", msg: err.Error()}
+	case errors.Is(err, billing.ErrPaymentRequired):
+		return failure{status: http.StatusPaymentRequired, typ: typeInsufficient, code: "payment_required", msg: err.Error()}
+	}
+	return failure{status: http.StatusServiceUnavailable, typ: typeServer, code: "spend_check_unavailable", msg: "could not check the spend limit; try again", log: true}
+}
+
+// routeFailure answers the router's errors.
+func (h *inference) routeFailure(err error, x *exchange) failure {
+	switch {
+	case errors.Is(err, routing.ErrUnknownModel):
+		msg := err.Error()
+		if x != nil {
+			models := append(servedModels(x.cluster), "auto")
+			msg = fmt.Sprintf("The model `%s` does not exist in this cluster; available: %s", x.body.model, strings.Join(models, ", "))
+		}
+		return failure{status: http.StatusNotFound, typ: typeInvalidRequest, code: errCodeModelNotFound, param: "model", msg: msg}
+	case errors.Is(err, routing.ErrNoHealthyInstance):
+		return failure{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "no_healthy_instance",
+			msg: "no healthy instance can serve this request right now"}
+	case errors.Is(err, routing.ErrNoCapacity):
+		return failure{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "no_capacity",
+			msg: "every instance that can serve this request is at capacity; retry later", retry: true, retryAfter: h.cfg.RetryAfter}
+	case errors.Is(err, routing.ErrClosed):
+		return failure{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "shutting_down", msg: "the server is shutting down"}
+	case errors.Is(err, context.DeadlineExceeded):
+		return failure{status: http.StatusGatewayTimeout, typ: typeServer, code: "timeout", msg: "the request exceeded the server's time limit"}
+	case errors.Is(err, context.Canceled):
+		return failure{status: statusClientClosed, typ: typeInvalidRequest, code: "client_closed", msg: "the client closed the request"}
+	}
+	return failure{status: http.StatusInternalServerError, typ: typeServer, msg: "routing failed", log: true}
+}
+
+// upstreamFailure relays an upstream error answer: client errors (4xx)
+// keep their status and message so the caller can fix the request; server
+// errors become 502 with the upstream's message. An upstream 401/403 is
+// RouteBalance's credential problem, not the client's, so it is a 502 too.
+func upstreamFailure(se *proxy.StatusError) failure {
+	code := se.Code
+	if _, err := strconv.Atoi(code); err == nil {
+		code = "" // vLLM puts the numeric status there
+	}
+	switch {
+	case se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden:
+		return failure{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_auth",
+			msg: fmt.Sprintf("instance %s rejected the registered upstream API key (%d): %s", se.InstanceID, se.Status, se.Message)}
+	case se.Status == http.StatusTooManyRequests:
+		return failure{status: se.Status, typ: typeRateLimit, code: code, param: se.Param, msg: se.Message}
+	case se.Status >= 400 && se.Status < 500:
+		if code == "" && se.Status == http.StatusNotFound {
+			code = errCodeModelNotFound
+		}
+		return failure{status: se.Status, typ: typeInvalidRequest, code: code, param: se.Param, msg: se.Message}
+	}
+	return failure{status: http.StatusBadGateway, typ: typeUpstream, code: "upstream_error",
+		msg: fmt.Sprintf("instance %s answered %d: %s", se.InstanceID, se.Status, se.Message)}
+}
+
+// dispatchStatus is the HTTP status a dispatch error is answered with
+// (200 for nil): dispatch.Deps.Status, so usage events record what the
+// client got.
+func (h *inference) dispatchStatus(err error) int {
+	if err == nil {
+		return http.StatusOK
+	}
+	return h.failureOf(err, nil).status
+}
+
+// sendFailure writes the answer of a dispatch error.
+func (h *inference) sendFailure(ctx context.Context, x *exchange, err error) error {
+	f := h.failureOf(err, x)
+	if f.log {
+		h.log.ErrorContext(ctx, "dispatch", slog.String("request_id", x.id), slog.String("error", err.Error()))
+	}
+	if f.retry {
+		x.c.Set(fiber.HeaderRetryAfter, strconv.FormatInt(max(1, int64((f.retryAfter+time.Second-1)/time.Second)), 10))
+	}
+	return sendError(x.c, f.status, f.typ, f.code, f.param, f.msg)
+}
