@@ -1,0 +1,118 @@
+package tenants
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/routebalance/routebalance/routing"
+)
+
+// This file holds the Service's clusters and their policies.
+
+// policyNames are the policies a cluster may select.
+var policyNames = map[string]bool{
+	"routebalance": true, "round-robin": true, "shortest-queue": true,
+	"quality-only": true, "threshold": true, "chimera": true,
+}
+
+func checkPolicy(p routing.PolicyConfig) (routing.PolicyConfig, error) {
+	p.Name = strings.ToLower(strings.TrimSpace(p.Name))
+	if p.Name == "" {
+		p.Name = "routebalance"
+	}
+	if !policyNames[p.Name] {
+		return p, fieldErr("policy.name", "must be routebalance, round-robin, shortest-queue, quality-only, threshold or chimera, got %q", p.Name)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"threshold", p.Threshold}, {"slack", p.Slack}, {"switch_gain", p.SwitchGain}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
+			return p, fieldErr("policy."+f.name, "must be a number >= 0, got %v", f.v)
+		}
+	}
+	if p.Threshold > 1 {
+		return p, fieldErr("policy.threshold", "is a quality in [0,1], got %v", p.Threshold)
+	}
+	return p, nil
+}
+
+// ClusterInput is the body of POST /api/v1/clusters.
+type ClusterInput struct {
+	Name   string                `json:"name"`
+	Policy *routing.PolicyConfig `json:"policy"`
+}
+
+// CreateCluster makes a cluster with the default routebalance policy
+// unless one is given.
+func (s *Service) CreateCluster(ctx context.Context, tenantID string, in ClusterInput) (Cluster, error) {
+	name, err := checkName("name", in.Name, true)
+	if err != nil {
+		return Cluster{}, err
+	}
+	var pol routing.PolicyConfig
+	if in.Policy != nil {
+		pol = *in.Policy
+	}
+	if pol, err = checkPolicy(pol); err != nil {
+		return Cluster{}, err
+	}
+	now := s.now()
+	c := Cluster{ID: newID(), TenantID: tenantID, Name: name, Policy: pol, CreatedAt: now, UpdatedAt: now}
+	if err := s.store.CreateCluster(ctx, c); err != nil {
+		return Cluster{}, fmt.Errorf("create cluster: %w", err)
+	}
+	s.cache.invalidateTenant(tenantID)
+	return c, nil
+}
+
+// Clusters lists a tenant's clusters.
+func (s *Service) Clusters(ctx context.Context, tenantID string) ([]Cluster, error) {
+	return s.store.Clusters(ctx, tenantID)
+}
+
+// Cluster returns one of a tenant's clusters.
+func (s *Service) Cluster(ctx context.Context, tenantID, id string) (Cluster, error) {
+	return s.store.Cluster(ctx, tenantID, id)
+}
+
+// ClusterPatch is the body of PATCH /api/v1/clusters/{id}.
+type ClusterPatch struct {
+	Name   *string               `json:"name"`
+	Policy *routing.PolicyConfig `json:"policy"`
+}
+
+// UpdateCluster applies a patch to a cluster.
+func (s *Service) UpdateCluster(ctx context.Context, tenantID, id string, p ClusterPatch) (Cluster, error) {
+	c, err := s.store.Cluster(ctx, tenantID, id)
+	if err != nil {
+		return Cluster{}, err
+	}
+	if p.Name != nil {
+		if c.Name, err = checkName("name", *p.Name, true); err != nil {
+			return Cluster{}, err
+		}
+	}
+	if p.Policy != nil {
+		if c.Policy, err = checkPolicy(*p.Policy); err != nil {
+			return Cluster{}, err
+		}
+	}
+	c.UpdatedAt = s.now()
+	if err := s.store.UpdateCluster(ctx, c); err != nil {
+		return Cluster{}, err
+	}
+	s.cache.invalidateTenant(tenantID)
+	return c, nil
+}
+
+// DeleteCluster deletes a cluster and its instances.
+func (s *Service) DeleteCluster(ctx context.Context, tenantID, id string) error {
+	if err := s.store.DeleteCluster(ctx, tenantID, id); err != nil {
+		return err
+	}
+	s.cache.invalidateTenant(tenantID)
+	return nil
+}

@@ -1,0 +1,102 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+
+	"github.com/routebalance/routebalance/routing"
+)
+
+// This file holds the Service's tenant settings: routing defaults, SLOs
+// and presets.
+
+func checkSLO(field string, o SLO) error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"ttft_ms", o.TTFTMs}, {"tpot_ms", o.TPOTMs}, {"e2e_ms", o.E2EMs},
+		{"max_cost_usd_per_request", o.MaxCostUSDPerRequest}, {"monthly_budget_usd", o.MonthlyBudgetUSD},
+	} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
+			return fieldErr(field+"."+f.name, "must be a number >= 0 (0 means no budget), got %v", f.v)
+		}
+	}
+	return nil
+}
+
+// resolvePreset validates a preset with optional weights and returns the
+// weights to store: a named preset's own vector, or the given custom
+// weights (required and on the simplex).
+func resolvePreset(preset string, w *routing.Weights) (string, routing.Weights, error) {
+	p := strings.ToLower(strings.TrimSpace(preset))
+	if p == routing.PresetCustom || (p == "" && w != nil) {
+		if w == nil {
+			return "", routing.Weights{}, fieldErr("weights", "are required with the custom preset")
+		}
+		if err := w.Validate(); err != nil {
+			return "", routing.Weights{}, err
+		}
+		return routing.PresetCustom, *w, nil
+	}
+	pw, err := routing.PresetWeights(p)
+	if err != nil {
+		return "", routing.Weights{}, fieldErr("preset", "must be quality, latency, cost, balanced or custom, got %q", preset)
+	}
+	if w != nil {
+		if err := w.Validate(); err != nil {
+			return "", routing.Weights{}, err
+		}
+	}
+	return p, pw, nil
+}
+
+// Settings returns a tenant's routing defaults.
+func (s *Service) Settings(ctx context.Context, tenantID string) (Settings, error) {
+	return s.store.Settings(ctx, tenantID)
+}
+
+// SettingsInput is the body of PUT /api/v1/settings. Preset is required;
+// weights are required with custom and ignored (but still validated) with a
+// named preset.
+type SettingsInput struct {
+	DefaultClusterID string           `json:"default_cluster_id"`
+	Preset           string           `json:"preset"`
+	Weights          *routing.Weights `json:"weights"`
+	SLO              SLO              `json:"slo"`
+	// Limits replaces the tenant's rate limits; absent keeps them.
+	Limits *Limits `json:"limits"`
+}
+
+// PutSettings replaces a tenant's routing defaults.
+func (s *Service) PutSettings(ctx context.Context, tenantID string, in SettingsInput) (Settings, error) {
+	if in.Preset == "" && in.Weights == nil {
+		return Settings{}, fieldErr("preset", "is required (quality, latency, cost, balanced or custom)")
+	}
+	preset, w, err := resolvePreset(in.Preset, in.Weights)
+	if err != nil {
+		return Settings{}, err
+	}
+	if err := checkSLO("slo", in.SLO); err != nil {
+		return Settings{}, err
+	}
+	if in.DefaultClusterID != "" {
+		if _, err := s.store.Cluster(ctx, tenantID, in.DefaultClusterID); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return Settings{}, fieldErr("default_cluster_id", "no such cluster")
+			}
+			return Settings{}, err
+		}
+	}
+	st := Settings{DefaultClusterID: in.DefaultClusterID, Preset: preset, Weights: w, SLO: in.SLO}
+	if st.Limits, err = s.settingsLimits(ctx, tenantID, in.Limits); err != nil {
+		return Settings{}, err
+	}
+	if err := s.store.PutSettings(ctx, tenantID, st); err != nil {
+		return Settings{}, err
+	}
+	s.cache.invalidateTenant(tenantID)
+	return st, nil
+}
