@@ -29,7 +29,11 @@ type Server struct {
 	cfg  Config
 	deps Deps
 	log  *slog.Logger
-	app  *fiber.App
+	ips  ipStrings // the access log's interned client addresses
+	// ipFromHeader is set when fiber reads the client address from a
+	// proxy header (then the access log asks c.IP()).
+	ipFromHeader bool
+	app          *fiber.App
 	// whatIf serves the what-if preview; recent is the inference path's
 	// recent-request memory (nil without /v1/feedback), read by it.
 	whatIf *whatIf
@@ -132,7 +136,7 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
-	s := &Server{cfg: cfg, deps: deps, log: deps.Log, clock: deps.Inference.Clock}
+	s := &Server{cfg: cfg, deps: deps, log: deps.Log, clock: deps.Inference.Clock, ips: ipStrings{max: 4096}}
 	if s.clock == nil {
 		s.clock = routing.WallClock{}
 	}
@@ -150,6 +154,7 @@ func New(cfg Config, deps Deps) *Server {
 		// Unknown methods on known paths are 405, not 404.
 		// (fiber checks the other methods' trees for the path.)
 	})
+	s.ipFromHeader = s.app.Config().ProxyHeader != ""
 	s.app.Use(s.requestID, s.accessLog, s.recoverPanic, s.userContext)
 	s.app.Get("/healthz", s.healthz)
 	s.app.Get("/readyz", s.readyz)

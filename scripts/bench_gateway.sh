@@ -1,48 +1,144 @@
 #!/usr/bin/env bash
-# Gateway overhead: the router in front of a zero-latency emulated cluster vs
-# the same load straight to one emulated instance, load generator on the same
-# machine. Usage (from the repository root):
-#   scripts/bench_gateway.sh DATA.jsonl [INDEX_DIR] [OUT_DIR]
-# Env: N (requests per run, default 4000), CONCURRENCY (list, default "1 16 64"),
-#      STREAM (1 to stream), BASE_PORT (default 18600), ADDR (default 127.0.0.1:18680).
+# Gateway speed: a zero-latency emulated cluster answered directly, through
+# nginx (when installed) and through RouteBalance, with wrk posting real
+# prompts; interleaved rounds, medians, ratios against direct.
+#
+# Usage (from the repository root):
+#   scripts/bench_gateway.sh [DATA.jsonl] [INDEX_DIR] [OUT_DIR]
+#
+# DATA     labelled prompts (default ../shared/data/llmrouter/train.jsonl); the
+#          index is built from the whole file unless INDEX_DIR is given, and
+#          PROMPTS of its prompts (seeded sample) are the request bodies.
+# INDEX_DIR an index written by `routebalance index build` (optional).
+# OUT_DIR  results (default out/gateway): gateway.json, per-run logs.
+#
+# Targets, each run in every round in this order (the first target of a
+# round rotates): direct (instance 0 of the emulator), nginx (proxy_pass with
+# upstream keepalive, only when `nginx` is installed), rb-full (model auto,
+# API key, routebalance policy, the index, metering on embedded SQLite),
+# rb-noindex (the same without the index: quality priors), and rb-full-pg /
+# rb-noindex-pg (the same on Postgres, when DATABASE_URL answers). Every
+# RouteBalance target is a fresh `routebalance serve` per round on its own
+# data, so only one gateway runs at a time.
+#
+# Per run: wrk at c=64 (req/s, gateway CPU per request from /proc of the
+# gateway process, Go allocations per request from its /metrics, machine
+# load), wrk at c=1 (p50/p99 latency, added p50 against direct of the same
+# round), and for RouteBalance targets `routebalance bench --stream` at c=1
+# with --compare-url (added streamed TTFT p99). After the rounds,
+# `go test -bench InferenceOverhead -benchmem ./api/` reports in-process
+# allocations per request. Needs wrk (apt-get install -y wrk nginx).
+#
+# Env: ROUNDS (default 3), DURATION (seconds per wrk run, default 10),
+#      WARMUP (seconds, default 2), PROMPTS (default 500), STREAM_N (requests
+#      per streamed run, default 400; 0 skips), TARGETS (subset, space
+#      separated), DATABASE_URL (Postgres for the -pg targets; default the test
+#      database postgres://postgres@127.0.0.1:5432/test?sslmode=disable; PG=0
+#      skips them), ALLOC_BENCH (default 1), BASE_PORT (emulator, default
+#      18600), PORT (gateways, default 18680), BIN (a built routebalance binary
+#      to use instead of building one), PROFILE (a RouteBalance target, e.g.
+#      rb-full: after the rounds, CPU and allocation profiles of it at c=64
+#      through --pprof-addr, top lists printed, files in OUT_DIR).
 set -euo pipefail
-data=${1:?usage: scripts/bench_gateway.sh DATA.jsonl [INDEX_DIR] [OUT_DIR]}
+data=${1:-../shared/data/llmrouter/train.jsonl}
 index=${2:-}
 out=${3:-out/gateway}
-N=${N:-4000}
-CONCURRENCY=${CONCURRENCY:-"1 16 64"}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10}
+WARMUP=${WARMUP:-2}
+PROMPTS=${PROMPTS:-500}
+STREAM_N=${STREAM_N:-400}
 BASE_PORT=${BASE_PORT:-18600}
-ADDR=${ADDR:-127.0.0.1:18680}
+PORT=${PORT:-18680}
+NGINX_PORT=$((PORT + 1))
+PG=${PG:-1}
+PGURL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
+ALLOC_BENCH=${ALLOC_BENCH:-1}
+command -v wrk >/dev/null || { echo "bench_gateway: wrk is not installed (apt-get install -y wrk nginx)" >&2; exit 1; }
+[ -f "$data" ] || { echo "bench_gateway: no data file $data" >&2; exit 1; }
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 work=$(mktemp -d)
-bin="$work/routebalance"
-go build -o "$bin" ./cmd/routebalance
+bin=${BIN:-$work/routebalance}
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+pgschema=""
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ -n "$pgschema" ]; then
+    for sc in "${pgschema}_f" "${pgschema}_n"; do psql -q "$PGURL" -c "DROP SCHEMA IF EXISTS $sc CASCADE" >/dev/null 2>&1 || true; done
+  fi
+  rm -rf "$work"
+}
 trap cleanup EXIT
+if [ -z "${BIN:-}" ]; then
+  echo "bench_gateway: building" >&2
+  go build -o "$bin" ./cmd/routebalance
+fi
+if [ -z "$index" ]; then
+  echo "bench_gateway: building the index from the whole $data" >&2
+  "$bin" index build --quiet --data "$data" --out "$work/index" >"$work/index.log" 2>&1 || { cat "$work/index.log"; exit 1; }
+  index="$work/index"
+fi
 
 "$bin" emulate --zero-latency --base-port "$BASE_PORT" --cluster infra/clusters/reference-13.json >"$work/emulate.log" 2>&1 &
-pids+=($!)
-# The emulator must be ours: instance 0 serves the first tier's model (a port taken by another
-# process would silently measure something else).
+emu_pid=$!
+pids+=($emu_pid)
 want=$(python3 -c 'import json;print(json.load(open("infra/clusters/reference-13.json"))["tiers"][0]["model"])')
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$BASE_PORT/v1/models" 2>/dev/null | grep -q "$want" && break; sleep 0.2; done
-kill -0 "${pids[0]}" 2>/dev/null || { echo "emulator did not start (ports $BASE_PORT+ taken?):"; cat "$work/emulate.log"; exit 1; }
-serve_args=(serve --allow-private-endpoints --data-dir "$work/data" --addr "$ADDR")
-[ -n "$index" ] && serve_args+=(--index-dir "$index")
-"$bin" "${serve_args[@]}" >"$work/serve.log" 2>&1 &
-serve_pid=$!
-pids+=($serve_pid)
-B=http://$ADDR
-for _ in $(seq 150); do curl -sf "$B/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
-kill -0 "$serve_pid" 2>/dev/null || { echo "serve did not start ($ADDR taken?):"; cat "$work/serve.log"; exit 1; }
-sleep 1
-TOKEN=$(curl -s "$B/api/v1/signup" -H 'Content-Type: application/json' \
-  -d '{"email":"bench@example.com","password":"correct-horse-42","name":"bench"}' | sed -E 's/.*"access_token":"([^"]+)".*/\1/')
-AUTH="Authorization: Bearer $TOKEN"
-CLUSTER=$(curl -s "$B/api/v1/clusters" -H "$AUTH" -d '{"name":"bench"}' | sed -E 's/.*"id":"([^"]+)".*/\1/')
-# Register the 13 instances of the calibrated reference cluster, in file order.
-python3 - "$B" "$AUTH" "$CLUSTER" "$BASE_PORT" <<'PY'
+kill -0 "$emu_pid" 2>/dev/null || { echo "emulator did not start (ports $BASE_PORT+ taken?):"; cat "$work/emulate.log"; exit 1; }
+
+nginx_pid=""
+if command -v nginx >/dev/null && [[ " ${TARGETS:-nginx} " == *" nginx "* ]]; then
+  mkdir -p "$work/nginx/logs"
+  cat >"$work/nginx/nginx.conf" <<EOF
+worker_processes auto;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi;
+  uwsgi_temp_path $work/nginx/uwsgi;
+  scgi_temp_path $work/nginx/scgi;
+  upstream emu { server 127.0.0.1:$BASE_PORT; keepalive 128; }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    location / {
+      proxy_pass http://emu;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+EOF
+  nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" >"$work/nginx/logs/stdout" 2>&1 &
+  nginx_pid=$!
+  pids+=($nginx_pid)
+  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$NGINX_PORT/v1/models" >/dev/null 2>&1 && break; sleep 0.1; done
+  kill -0 "$nginx_pid" 2>/dev/null || { echo "nginx did not start:"; cat "$work/nginx/logs/"*; nginx_pid=""; }
+fi
+
+# setup_rb NAME SERVE_ARGS...: a data dir with a tenant, the 13 instances, an
+# API key; leaves NAME.key and NAME.args in $work. The server is stopped after.
+setup_rb() {
+  local name=$1
+  shift
+  "$bin" serve --allow-private-endpoints --addr "127.0.0.1:$PORT" "$@" >"$work/$name.setup.log" 2>&1 &
+  local sp=$!
+  local B=http://127.0.0.1:$PORT
+  for _ in $(seq 150); do curl -sf "$B/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+  kill -0 "$sp" 2>/dev/null || { echo "serve ($name) did not start (port $PORT taken?):"; cat "$work/$name.setup.log"; exit 1; }
+  local TOKEN AUTH CLUSTER
+  TOKEN=$(curl -s "$B/api/v1/signup" -H 'Content-Type: application/json' \
+    -d '{"email":"bench@example.com","password":"correct-horse-42","name":"bench"}' | sed -E 's/.*"access_token":"([^"]+)".*/\1/')
+  AUTH="Authorization: Bearer $TOKEN"
+  CLUSTER=$(curl -s "$B/api/v1/clusters" -H "$AUTH" -d '{"name":"bench","policy":{"name":"routebalance"}}' | sed -E 's/.*"id":"([^"]+)".*/\1/')
+  python3 - "$B" "$AUTH" "$CLUSTER" "$BASE_PORT" <<'PY'
 import json, sys, urllib.request
 b, auth, cluster, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 c = json.load(open('infra/clusters/reference-13.json'))
@@ -56,14 +152,59 @@ for t in c['tiers']:
                                      headers={"Authorization": auth.split(": ",1)[1], "Content-Type": "application/json"})
         urllib.request.urlopen(req).read()
         k += 1
-print(f"registered {k} instances", file=sys.stderr)
 PY
-KEY=$(curl -s "$B/api/v1/keys" -H "$AUTH" -d '{"name":"bench"}' | sed -E 's/.*"key":"([^"]+)".*/\1/')
-stream=()
-[ "${STREAM:-0}" = 1 ] && stream=(--stream)
-for c in $CONCURRENCY; do
-  echo "### concurrency $c"
-  "$bin" bench --url "$B" --api-key "$KEY" --data "$data" --rate inf --max-concurrency "$c" --n "$N" \
-    "${stream[@]}" --compare-url "http://127.0.0.1:$BASE_PORT" --router-pid "$serve_pid" \
-    --cluster infra/clusters/reference-13.json --out "$out/gateway_c$c.json"
-done
+  curl -s "$B/api/v1/keys" -H "$AUTH" -d '{"name":"bench"}' | sed -E 's/.*"key":"([^"]+)".*/\1/' >"$work/$name.key"
+  kill "$sp"
+  wait "$sp" 2>/dev/null || true
+  printf '%s\n' "$@" >"$work/$name.args"
+}
+
+want_target() { [ -z "${TARGETS:-}" ] || [[ " $TARGETS " == *" $1 "* ]]; }
+rb=()
+if want_target rb-full; then setup_rb rb-full --data-dir "$work/full" --index-dir "$index"; rb+=(rb-full); fi
+if want_target rb-noindex; then setup_rb rb-noindex --data-dir "$work/noindex"; rb+=(rb-noindex); fi
+if [ "$PG" = 1 ] && { want_target rb-full-pg || want_target rb-noindex-pg; }; then
+  if psql -q "$PGURL" -c 'select 1' >/dev/null 2>&1; then
+    pgschema=bench_gw_$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
+    sep='?'; [[ "$PGURL" == *\?* ]] && sep='&'
+    if want_target rb-full-pg; then
+      psql -q "$PGURL" -c "CREATE SCHEMA ${pgschema}_f" >/dev/null
+      setup_rb rb-full-pg --data-dir "$work/full-pg" --index-dir "$index" --database-url "$PGURL${sep}search_path=${pgschema}_f"; rb+=(rb-full-pg)
+    fi
+    if want_target rb-noindex-pg; then
+      psql -q "$PGURL" -c "CREATE SCHEMA ${pgschema}_n" >/dev/null
+      setup_rb rb-noindex-pg --data-dir "$work/noindex-pg" --database-url "$PGURL${sep}search_path=${pgschema}_n"; rb+=(rb-noindex-pg)
+    fi
+  else
+    echo "bench_gateway: Postgres at DATABASE_URL does not answer: skipping the -pg targets" >&2
+  fi
+fi
+
+targets=()
+want_target direct && targets+=(direct)
+[ -n "$nginx_pid" ] && targets+=(nginx)
+targets+=("${rb[@]}")
+python3 scripts/bench_gateway.py --bin "$bin" --work "$work" --out "$out" --data "$data" \
+  --emulator-pid "$emu_pid" --base-port "$BASE_PORT" --port "$PORT" --nginx-port "$NGINX_PORT" \
+  --nginx-pid "${nginx_pid:-0}" --direct-model "$want" --rounds "$ROUNDS" --duration "$DURATION" \
+  --warmup "$WARMUP" --prompts "$PROMPTS" --stream-n "$STREAM_N" --targets "${targets[*]}" \
+  --profile "${PROFILE:-}"
+
+if [ "$ALLOC_BENCH" = 1 ]; then
+  echo
+  echo "### in-process allocations per request (go test -bench InferenceOverhead -benchmem ./api/)"
+  go test -run '^$' -bench 'InferenceOverhead/(direct|routed)$' -benchmem -benchtime 3000x ./api/ \
+    | tee "$out/alloc_bench.txt" | grep -E '^Benchmark' || true
+  python3 - "$out/alloc_bench.txt" <<'PY'
+import re, sys
+rows = {}
+for line in open(sys.argv[1]):
+    m = re.match(r'BenchmarkInferenceOverhead/(\S+?)(-\d+)?\s+\d+\s+([\d.]+) ns/op\s+([\d.]+) B/op\s+([\d.]+) allocs/op', line)
+    if m:
+        rows[m.group(1)] = (float(m.group(3)), float(m.group(4)), float(m.group(5)))
+if 'direct' in rows and 'routed' in rows:
+    d, r = rows['direct'], rows['routed']
+    print(f"gateway in-process (routed - direct): {r[2]-d[2]:.0f} allocs/request, {r[1]-d[1]:.0f} B/request "
+          f"(routed {r[2]:.0f}, direct {d[2]:.0f}: the client and the fake upstream run in the same process)")
+PY
+fi

@@ -54,6 +54,7 @@ type serveConfig struct {
 	latencyDir      string
 	billing         billingFlags
 	metricsAddr     string
+	pprofAddr       string
 	tracing         telemetry.TracingConfig
 	redis           redisFlags
 }
@@ -100,6 +101,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
 	addBillingFlags(fs, &c.billing)
 	fs.StringVar(&c.metricsAddr, "metrics-addr", env("METRICS_ADDR", ""), "serve Prometheus /metrics on this address instead of the main listener (env ROUTEBALANCE_METRICS_ADDR)")
+	fs.StringVar(&c.pprofAddr, "pprof-addr", env("PPROF_ADDR", ""), "serve Go's /debug/pprof/ profiles on this address (keep it private: loopback or a debug port); empty turns them off (env ROUTEBALANCE_PPROF_ADDR)")
 	c.tracing = telemetry.DefaultTracingConfig()
 	fs.StringVar(&c.tracing.Endpoint, "otlp-endpoint", env("OTLP_ENDPOINT", ""), "export OpenTelemetry traces by OTLP/HTTP to this collector URL, e.g. http://otel-collector:4318 (/v1/traces is appended to a bare URL); empty turns tracing off (env ROUTEBALANCE_OTLP_ENDPOINT)")
 	fs.StringVar(&c.tracing.ServiceName, "otlp-service-name", env("OTLP_SERVICE_NAME", c.tracing.ServiceName), "service.name of the exported traces (env ROUTEBALANCE_OTLP_SERVICE_NAME)")
@@ -486,6 +488,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer stopMetrics()
+	}
+
+	if cfg.pprofAddr != "" {
+		stopPprof, err := servePprof(cfg.pprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
 	}
 
 	acfg := api.DefaultConfig()

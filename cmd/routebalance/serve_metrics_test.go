@@ -46,3 +46,23 @@ func TestServeMetricsListener(t *testing.T) {
 		}
 	})
 }
+
+func TestServePprofListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // ask the OS for a free port
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	url, stop := startServe(t, t.TempDir(), "--pprof-addr", addr)
+	defer stop() //nolint:errcheck
+	if code, body := get(t, "http://"+addr+"/debug/pprof/"); code != 200 || !strings.Contains(body, "allocs") || !strings.Contains(body, "goroutine") {
+		t.Fatalf("pprof index: %d %.300s", code, body)
+	}
+	if code, body := get(t, "http://"+addr+"/debug/pprof/goroutine?debug=1"); code != 200 || !strings.Contains(body, "goroutine profile") {
+		t.Fatalf("pprof goroutine profile: %d %.300s", code, body)
+	}
+	if _, body := get(t, url+"/debug/pprof/goroutine?debug=1"); strings.Contains(body, "goroutine profile") {
+		t.Fatal("the main listener serves pprof")
+	}
+}
