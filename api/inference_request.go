@@ -10,7 +10,9 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
+	"github.com/routebalance/routebalance/internal/jsonscan"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/tenants"
@@ -31,7 +33,7 @@ func badParam(param, format string, a ...any) *paramError {
 // completionBody is what the handlers read from a chat or text completion
 // request; every other field is passed through to the instance untouched.
 type completionBody struct {
-	fields       map[string]json.RawMessage
+	fields       *proxy.Body // the client's object, forwarded by splicing
 	model        string
 	stream       bool
 	includeUsage bool
@@ -42,7 +44,10 @@ type completionBody struct {
 }
 
 // parseCompletion validates the JSON body of a chat (chat=true) or text
-// completion request.
+// completion request. The body is checked once (json.Valid) and then read
+// in place with jsonscan: no member is decoded twice and none is copied
+// except the strings routing keeps (model, prompt). The answers are those
+// of decoding it with encoding/json (repeated keys: the last one counts).
 func parseCompletion(raw []byte, ep proxy.Endpoint) (*completionBody, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
@@ -51,12 +56,11 @@ func parseCompletion(raw []byte, ep proxy.Endpoint) (*completionBody, error) {
 	if raw[0] != '{' {
 		return nil, badParam("", "the request body must be a JSON object")
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
+	fields, err := proxy.NewBody(raw)
+	if err != nil {
 		return nil, &paramError{param: "", msg: "could not parse the JSON body: " + jsonErrText(err)}
 	}
 	b := &completionBody{fields: fields}
-	var err error
 	if b.model, err = reqString(fields, "model"); err != nil {
 		return nil, err
 	}
@@ -64,11 +68,10 @@ func parseCompletion(raw []byte, ep proxy.Endpoint) (*completionBody, error) {
 		return nil, err
 	}
 	if raw, ok := present(fields, "stream_options"); ok {
-		var opts map[string]json.RawMessage
-		if json.Unmarshal(raw, &opts) != nil {
+		if jsonscan.KindOf(raw) != jsonscan.Object {
 			return nil, badParam("stream_options", "must be an object")
 		}
-		if b.includeUsage, err = optBool(opts, "include_usage"); err != nil {
+		if b.includeUsage, err = optBool(object(raw), "include_usage"); err != nil {
 			return nil, badParam("stream_options.include_usage", "must be a boolean")
 		}
 	}
@@ -103,22 +106,53 @@ func jsonErrText(err error) string {
 	return err.Error()
 }
 
+// members is a JSON object whose members can be looked up: the request
+// body (*proxy.Body) or a nested object (object).
+type members interface {
+	Get(key string) (json.RawMessage, bool)
+}
+
+// object is a nested JSON object of a checked body.
+type object []byte
+
+// Get returns the value of the last member named key.
+func (o object) Get(key string) (json.RawMessage, bool) { return jsonscan.Get(o, key) }
+
 // present returns a field unless it is missing or null.
-func present(f map[string]json.RawMessage, k string) (json.RawMessage, bool) {
-	raw, ok := f[k]
-	if !ok || string(raw) == "null" {
+func present[M members](f M, k string) (json.RawMessage, bool) {
+	raw, ok := f.Get(k)
+	if !ok || jsonscan.IsNull(raw) {
 		return nil, false
 	}
 	return raw, true
 }
 
-func reqString(f map[string]json.RawMessage, k string) (string, error) {
+// jsonString returns the JSON string value raw as a Go string, decoded as
+// encoding/json decodes it; ok is false for any other kind. Plain strings
+// (no escapes, valid UTF-8) are copied once, escaped ones decoded into
+// one new string.
+func jsonString(raw []byte) (string, bool) {
+	if jsonscan.KindOf(raw) != jsonscan.String {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	if jsonscan.Simple(in) {
+		if string(in) == "auto" { // the usual model: no copy
+			return "auto", true
+		}
+		return string(in), true
+	}
+	b, ok := jsonscan.AppendUnquoted(make([]byte, 0, len(in)), in)
+	return string(b), ok
+}
+
+func reqString[M members](f M, k string) (string, error) {
 	raw, ok := present(f, k)
 	if !ok {
 		return "", badParam(k, "you must provide a %s parameter", k)
 	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
+	s, ok := jsonString(raw)
+	if !ok {
 		return "", badParam(k, "must be a string")
 	}
 	if s == "" {
@@ -127,19 +161,28 @@ func reqString(f map[string]json.RawMessage, k string) (string, error) {
 	return s, nil
 }
 
-func optBool(f map[string]json.RawMessage, k string) (bool, error) {
+// nonEmptyString reports whether member k is a non-empty string, without
+// copying it (the roles and part types are checked, not kept).
+func nonEmptyString[M members](f M, k string) bool {
+	raw, ok := present(f, k)
+	return ok && jsonscan.KindOf(raw) == jsonscan.String && len(raw) > 2
+}
+
+func optBool[M members](f M, k string) (bool, error) {
 	raw, ok := present(f, k)
 	if !ok {
 		return false, nil
 	}
-	var v bool
-	if json.Unmarshal(raw, &v) != nil {
-		return false, badParam(k, "must be a boolean")
+	switch string(raw) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
 	}
-	return v, nil
+	return false, badParam(k, "must be a boolean")
 }
 
-func optPositiveInt(f map[string]json.RawMessage, k string) (int, bool, error) {
+func optPositiveInt[M members](f M, k string) (int, bool, error) {
 	raw, ok := present(f, k)
 	if !ok {
 		return 0, false, nil
@@ -151,71 +194,141 @@ func optPositiveInt(f map[string]json.RawMessage, k string) (int, bool, error) {
 	return int(n), true, nil
 }
 
+// textPart is one piece of prompt text: a JSON string's body (between
+// its quotes), decoded when it is not plain.
+type textPart struct {
+	raw   []byte
+	plain bool
+}
+
 func (b *completionBody) parseMessages() error {
 	raw, ok := present(b.fields, "messages")
 	if !ok {
 		return badParam("messages", "you must provide a messages parameter")
 	}
-	var msgs []json.RawMessage
-	if json.Unmarshal(raw, &msgs) != nil {
+	if jsonscan.KindOf(raw) != jsonscan.Array {
 		return badParam("messages", "must be an array of message objects")
 	}
-	if len(msgs) == 0 {
-		return badParam("messages", "must contain at least one message")
-	}
-	var text strings.Builder
-	for i, m := range msgs {
-		param := fmt.Sprintf("messages[%d]", i)
-		var msg map[string]json.RawMessage
-		if json.Unmarshal(m, &msg) != nil || msg == nil {
-			return badParam(param, "must be an object")
+	var partBuf [16]textPart
+	parts := partBuf[:0]
+	n := 0
+	msgs := jsonscan.Elements(raw)
+	for i := 0; ; i++ {
+		m, ok := msgs.NextElement()
+		if !ok {
+			break
 		}
-		if _, err := reqString(msg, "role"); err != nil {
-			return badParam(param+".role", "must be a non-empty string")
+		n++
+		if jsonscan.KindOf(m) != jsonscan.Object {
+			return badParam(messageParam(i, ""), "must be an object")
+		}
+		msg := object(m)
+		if !nonEmptyString(msg, "role") {
+			return badParam(messageParam(i, ".role"), "must be a non-empty string")
 		}
 		content, ok := present(msg, "content")
 		if !ok {
 			continue // assistant tool calls carry no content
 		}
-		var s string
-		if json.Unmarshal(content, &s) == nil {
-			appendPrompt(&text, s)
+		switch jsonscan.KindOf(content) {
+		case jsonscan.String:
+			parts = appendText(parts, content)
 			continue
+		case jsonscan.Array:
+		default:
+			return badParam(messageParam(i, ".content"), "must be a string or an array of content parts")
 		}
-		var parts []map[string]json.RawMessage
-		if json.Unmarshal(content, &parts) != nil {
-			return badParam(param+".content", "must be a string or an array of content parts")
-		}
-		for j, p := range parts {
-			typ, err := reqString(p, "type")
-			if err != nil {
-				return badParam(fmt.Sprintf("%s.content[%d].type", param, j), "must be a non-empty string")
+		// encoding/json refused the whole array unless every part is an
+		// object (or null) before it looked at any part's fields.
+		all := jsonscan.Elements(content)
+		for {
+			p, ok := all.NextElement()
+			if !ok {
+				break
 			}
-			if typ != "text" {
+			if k := jsonscan.KindOf(p); k != jsonscan.Object && k != jsonscan.Null {
+				return badParam(messageParam(i, ".content"), "must be a string or an array of content parts")
+			}
+		}
+		ps := jsonscan.Elements(content)
+		for j := 0; ; j++ {
+			p, ok := ps.NextElement()
+			if !ok {
+				break
+			}
+			part := object(p)
+			if jsonscan.IsNull(p) {
+				part = object("{}")
+			}
+			typ, ok := present(part, "type")
+			if !ok || jsonscan.KindOf(typ) != jsonscan.String || len(typ) == 2 {
+				return badParam(fmt.Sprintf("%s.content[%d].type", messageParam(i, ""), j), "must be a non-empty string")
+			}
+			if !isText(typ) {
 				continue // images and audio do not feed the text estimators
 			}
-			t, err := reqString(p, "text")
-			if err != nil {
-				return badParam(fmt.Sprintf("%s.content[%d].text", param, j), "must be a string")
+			t, ok := present(part, "text")
+			if !ok || jsonscan.KindOf(t) != jsonscan.String || len(t) == 2 {
+				return badParam(fmt.Sprintf("%s.content[%d].text", messageParam(i, ""), j), "must be a string")
 			}
-			appendPrompt(&text, t)
+			parts = appendText(parts, t)
 		}
 	}
-	b.prompt = text.String()
+	if n == 0 {
+		return badParam("messages", "must contain at least one message")
+	}
+	b.prompt = joinText(parts)
 	// ChatML-style framing costs about 4 tokens per message plus 3 to
 	// prime the reply.
-	b.promptTokens = estimateTokens(b.prompt) + 4*len(msgs) + 3
+	b.promptTokens = estimateTokens(b.prompt) + 4*n + 3
 	return nil
 }
 
-func appendPrompt(sb *strings.Builder, s string) {
-	if s == "" {
-		return
+// isText reports whether a part's type (a JSON string) decodes to "text".
+func isText(typ []byte) bool {
+	if string(typ) == `"text"` {
+		return true
 	}
-	if sb.Len() > 0 {
-		sb.WriteByte('\n')
+	s, ok := jsonString(typ)
+	return ok && s == "text"
+}
+
+func messageParam(i int, suffix string) string { return "messages[" + strconv.Itoa(i) + "]" + suffix }
+
+// appendText adds a JSON string value to the prompt's parts unless it is
+// empty.
+func appendText(parts []textPart, s []byte) []textPart {
+	in := s[1 : len(s)-1]
+	if len(in) == 0 {
+		return parts
 	}
-	sb.WriteString(s)
+	return append(parts, textPart{raw: in, plain: jsonscan.Simple(in)})
+}
+
+// joinText returns the parts' text joined by newlines, in one allocation.
+func joinText(parts []textPart) string {
+	if len(parts) == 0 {
+		return ""
+	}
+	if len(parts) == 1 && parts[0].plain {
+		return string(parts[0].raw)
+	}
+	size := len(parts) - 1
+	for _, p := range parts {
+		size += len(p.raw) // decoding only shortens (but for invalid UTF-8: append grows then)
+	}
+	out := make([]byte, 0, size)
+	for k, p := range parts {
+		if k > 0 {
+			out = append(out, '\n')
+		}
+		if p.plain {
+			out = append(out, p.raw...)
+			continue
+		}
+		out, _ = jsonscan.AppendUnquoted(out, p.raw) // valid: the body passed json.Valid
+	}
+	return unsafe.String(unsafe.SliceData(out), len(out))
 }
 
 func (b *completionBody) parsePrompt() error {
@@ -223,8 +336,7 @@ func (b *completionBody) parsePrompt() error {
 	if !ok {
 		return badParam("prompt", "you must provide a prompt parameter")
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if s, ok := jsonString(raw); ok {
 		b.prompt, b.promptTokens = s, estimateTokens(s)
 		return nil
 	}
@@ -252,6 +364,16 @@ func (b *completionBody) parsePrompt() error {
 		return nil
 	}
 	return badParam("prompt", "must be a string, an array of strings, or an array of token ids")
+}
+
+func appendPrompt(sb *strings.Builder, s string) {
+	if s == "" {
+		return
+	}
+	if sb.Len() > 0 {
+		sb.WriteByte('\n')
+	}
+	sb.WriteString(s)
 }
 
 // estimateTokens guesses a text's token count without a tokenizer: a

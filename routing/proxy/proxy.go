@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -235,10 +234,10 @@ func (p *Proxy) Close() { p.client.CloseIdleConnections() }
 type Call struct {
 	// Endpoint is Chat or Completions.
 	Endpoint Endpoint
-	// Body holds the top-level fields of the client's JSON object. Open
-	// copies it before rewriting; the caller's map is not changed. The
-	// "routebalance" field is removed before forwarding.
-	Body map[string]json.RawMessage
+	// Body is the client's JSON object (NewBody). Open writes the
+	// instance's body from it without changing it; the "routebalance"
+	// member is removed before forwarding.
+	Body *Body
 	// Stream tells whether the client asked for a stream.
 	Stream bool
 	// IncludeUsage tells whether the client itself asked for the usage
@@ -368,6 +367,7 @@ func (p *Proxy) Open(ctx context.Context, in *routing.Instance, call *Call) (*Re
 		prompt:  call.PromptTokens,
 		priceIn: in.PriceInPerMTok, priceOut: in.PriceOutPerMTok,
 		start: start,
+		size:  resp.ContentLength,
 	}, nil
 }
 
@@ -380,51 +380,12 @@ func upstreamURL(base string, ep Endpoint) string {
 	return base + string(ep)
 }
 
-// rewrite returns the body to send upstream.
+// rewrite returns the body to send upstream (rewriteBody).
 func rewrite(call *Call, model string) ([]byte, error) {
-	out := make(map[string]json.RawMessage, len(call.Body)+2)
-	for k, v := range call.Body {
-		out[k] = v
+	if call.Body == nil {
+		return nil, errors.New("proxy: the call has no body")
 	}
-	delete(out, "routebalance")
-	m, err := json.Marshal(model)
-	if err != nil {
-		return nil, fmt.Errorf("encode model: %w", err)
-	}
-	out["model"] = m
-	if call.Stream {
-		opts := map[string]json.RawMessage{}
-		if raw, ok := out["stream_options"]; ok && !isNull(raw) {
-			if err := json.Unmarshal(raw, &opts); err != nil {
-				return nil, fmt.Errorf("stream_options: %w", err)
-			}
-		}
-		opts["include_usage"] = json.RawMessage("true")
-		b, err := json.Marshal(opts)
-		if err != nil {
-			return nil, fmt.Errorf("encode stream_options: %w", err)
-		}
-		out["stream_options"] = b
-	}
-	if call.MaxTokens > 0 {
-		clamp := func(key string) bool {
-			raw, ok := out[key]
-			if !ok || isNull(raw) {
-				return false
-			}
-			if v, err := strconv.Atoi(string(bytes.TrimSpace(raw))); err == nil && v > 0 && v <= call.MaxTokens {
-				return true // the client's own limit is already tighter
-			}
-			out[key] = []byte(strconv.Itoa(call.MaxTokens))
-			return true
-		}
-		a := clamp("max_tokens")
-		b := call.Endpoint == Chat && clamp("max_completion_tokens")
-		if !a && !b {
-			out["max_tokens"] = []byte(strconv.Itoa(call.MaxTokens))
-		}
-	}
-	return json.Marshal(out)
+	return rewriteBody(call, model)
 }
 
 func isNull(raw json.RawMessage) bool {

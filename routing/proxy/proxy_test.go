@@ -1,15 +1,18 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -105,13 +108,13 @@ func newProxy(t *testing.T, cfg Config) *Proxy {
 	return p
 }
 
-func rawBody(t *testing.T, s string) map[string]json.RawMessage {
+func rawBody(t *testing.T, s string) *Body {
 	t.Helper()
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(s), &m); err != nil {
+	b, err := NewBody([]byte(s))
+	if err != nil {
 		t.Fatal(err)
 	}
-	return m
+	return b
 }
 
 func instance(url string) *routing.Instance {
@@ -520,6 +523,9 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 	}
 }
 
+// TestRewrite checks the body sent upstream byte for byte: the client's
+// members keep their order and formatting, the ones the proxy sets are
+// replaced in place and the ones it adds go last.
 func TestRewrite(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -530,25 +536,43 @@ func TestRewrite(t *testing.T) {
 		{"model and routebalance", Call{Endpoint: Chat},
 			`{"model":"auto","routebalance":{"preset":"cost"},"n":2}`,
 			`{"model":"served","n":2}`},
+		{"order and formatting kept", Call{Endpoint: Chat},
+			`{ "n" : 2, "messages": [ {"role":"user", "content":"a <b> & c\u00e9"} ],"model":"auto" }`,
+			`{"n":2,"messages":[ {"role":"user", "content":"a <b> & c\u00e9"} ],"model":"served"}`},
+		{"no model: added", Call{Endpoint: Completions},
+			`{"prompt":"x"}`, `{"prompt":"x","model":"served"}`},
+		{"repeated key: the last value once", Call{Endpoint: Chat},
+			`{"temperature":1,"model":"a","temperature":0.5,"model":"b","routebalance":{},"routebalance":null}`,
+			`{"temperature":0.5,"model":"served"}`},
+		{"escaped key names the same member", Call{Endpoint: Chat},
+			`{"mod\u0065l":"auto","n":1}`, `{"model":"served","n":1}`},
 		{"clamp adds max_tokens", Call{Endpoint: Chat, MaxTokens: 10},
-			`{"model":"auto"}`, `{"max_tokens":10,"model":"served"}`},
+			`{"model":"auto"}`, `{"model":"served","max_tokens":10}`},
 		{"clamp lowers max_tokens", Call{Endpoint: Completions, MaxTokens: 10},
-			`{"model":"auto","max_tokens":500}`, `{"max_tokens":10,"model":"served"}`},
+			`{"model":"auto","max_tokens":500}`, `{"model":"served","max_tokens":10}`},
 		{"tighter client limit kept", Call{Endpoint: Chat, MaxTokens: 10},
-			`{"model":"auto","max_completion_tokens":4}`, `{"max_completion_tokens":4,"model":"served"}`},
+			`{"model":"auto","max_completion_tokens":4}`, `{"model":"served","max_completion_tokens":4}`},
 		{"clamp lowers max_completion_tokens", Call{Endpoint: Chat, MaxTokens: 10},
-			`{"model":"auto","max_completion_tokens":40,"max_tokens":null}`, `{"max_completion_tokens":10,"max_tokens":null,"model":"served"}`},
+			`{"model":"auto","max_completion_tokens":40,"max_tokens":null}`, `{"model":"served","max_completion_tokens":10,"max_tokens":null}`},
+		{"completions: max_completion_tokens is not a limit", Call{Endpoint: Completions, MaxTokens: 10},
+			`{"model":"auto","max_completion_tokens":40}`, `{"model":"served","max_completion_tokens":40,"max_tokens":10}`},
 		{"stream asks for usage", Call{Endpoint: Chat, Stream: true},
 			`{"model":"auto","stream":true,"stream_options":null}`,
+			`{"model":"served","stream":true,"stream_options":{"include_usage":true}}`},
+		{"stream adds stream_options", Call{Endpoint: Chat, Stream: true},
+			`{"model":"auto","stream":true}`,
 			`{"model":"served","stream":true,"stream_options":{"include_usage":true}}`},
 		{"stream keeps other options", Call{Endpoint: Chat, Stream: true},
 			`{"model":"auto","stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`,
 			`{"model":"served","stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true}}`},
+		{"not streamed: stream_options untouched", Call{Endpoint: Chat},
+			`{"model":"auto","stream_options":{"include_usage":false}}`,
+			`{"model":"served","stream_options":{"include_usage":false}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			call := tc.call
 			call.Body = rawBody(t, tc.body)
-			before, _ := json.Marshal(call.Body)
+			before := string(call.Body.Raw())
 			got, err := rewrite(&call, "served")
 			if err != nil {
 				t.Fatal(err)
@@ -556,12 +580,97 @@ func TestRewrite(t *testing.T) {
 			if diff := cmp.Diff(tc.want, string(got)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
-			after, _ := json.Marshal(call.Body)
-			if string(before) != string(after) {
+			if !json.Valid(got) {
+				t.Errorf("rewrite wrote invalid JSON: %s", got)
+			}
+			if after := string(call.Body.Raw()); before != after {
 				t.Errorf("rewrite changed the caller's body: %s -> %s", before, after)
 			}
 		})
 	}
+}
+
+// FuzzRewrite checks the spliced body against the old decode-and-encode
+// rewrite for any JSON object: the same members with the same values.
+func FuzzRewrite(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"auto","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"routebalance":{"preset":"cost"}}`,
+		`{"model":"a","stream":true,"stream_options":{"include_usage":false,"x":1,"x":2}}`,
+		`{"mod\u0065l":1,"model":2,"max_completion_tokens":"7","max_tokens":null}`,
+		`{}`, ` { "a" : [1, {"b": "}"}] } `,
+	} {
+		f.Add([]byte(s), 10, true, true)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, maxTokens int, stream, chat bool) {
+		b, err := NewBody(raw)
+		if err != nil {
+			return
+		}
+		call := Call{Body: b, Stream: stream, MaxTokens: maxTokens % 1000, Endpoint: Completions}
+		if chat {
+			call.Endpoint = Chat
+		}
+		got, gerr := rewrite(&call, "served")
+		want, werr := oldRewrite(&call, raw, "served")
+		if (gerr != nil) != (werr != nil) {
+			t.Fatalf("errors differ: spliced %v, re-encoded %v", gerr, werr)
+		}
+		if gerr != nil {
+			return
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("spliced body is not JSON: %s: %v", got, err)
+		}
+		if err := json.Unmarshal(want, &w); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(w, g); diff != "" {
+			t.Errorf("body %s: spliced %s differs from re-encoded %s (-want +got):\n%s", raw, got, want, diff)
+		}
+	})
+}
+
+// oldRewrite is the rewrite the proxy did before splicing (decode the
+// object into a map, set members, encode), the reference of FuzzRewrite.
+func oldRewrite(call *Call, raw []byte, model string) ([]byte, error) {
+	var out map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, err
+	}
+	delete(out, "routebalance")
+	m, _ := json.Marshal(model)
+	out["model"] = m
+	if call.Stream {
+		opts := map[string]json.RawMessage{}
+		if raw, ok := out["stream_options"]; ok && !isNull(raw) {
+			if err := json.Unmarshal(raw, &opts); err != nil {
+				return nil, err
+			}
+		}
+		opts["include_usage"] = json.RawMessage("true")
+		b, _ := json.Marshal(opts)
+		out["stream_options"] = b
+	}
+	if call.MaxTokens > 0 {
+		clamp := func(key string) bool {
+			raw, ok := out[key]
+			if !ok || isNull(raw) {
+				return false
+			}
+			if v, err := strconv.Atoi(string(bytes.TrimSpace(raw))); err == nil && v > 0 && v <= call.MaxTokens {
+				return true
+			}
+			out[key] = []byte(strconv.Itoa(call.MaxTokens))
+			return true
+		}
+		a := clamp("max_tokens")
+		b := call.Endpoint == Chat && clamp("max_completion_tokens")
+		if !a && !b {
+			out["max_tokens"] = []byte(strconv.Itoa(call.MaxTokens))
+		}
+	}
+	return json.Marshal(out)
 }
 
 func TestParseUpstreamError(t *testing.T) {
@@ -647,5 +756,59 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := New(Config{MaxEventBytes: -1}, Deps{}); err == nil {
 		t.Error("New accepted a negative size")
+	}
+}
+
+// BenchmarkRewrite compares splicing the body with the decode-and-encode
+// rewrite it replaced, on a chat body with a 460-character prompt:
+//
+//	go test -run '^$' -bench Rewrite -benchmem ./routing/proxy/
+func BenchmarkRewrite(b *testing.B) {
+	prompt := strings.Repeat("Which of these is a prime number? Answer with the letter only.\n", 8)[:460]
+	raw, _ := json.Marshal(map[string]any{"model": "auto", "messages": []map[string]string{
+		{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": prompt}}, "temperature": 0})
+	body, err := NewBody(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	call := &Call{Endpoint: Chat, Body: body, MaxTokens: 512}
+	b.Run("splice", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := rewrite(call, "llama-3.1-8b-instruct"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode-encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := oldRewrite(call, raw, "llama-3.1-8b-instruct"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestReadAll(t *testing.T) {
+	body := strings.Repeat("x", 100)
+	for _, tc := range []struct {
+		name        string
+		size, limit int64
+		want        int
+	}{
+		{"announced size", 100, 1000, 100},
+		{"unknown size", -1, 1000, 100},
+		{"longer than announced", 10, 1000, 100},
+		{"shorter than announced", 200, 1000, 100},
+		{"limit below the size", 100, 50, 50},
+		{"limit below the body", 10, 50, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readAll(iotest.OneByteReader(strings.NewReader(body)), tc.size, tc.limit)
+			if err != nil || len(got) != tc.want || strings.Trim(string(got), "x") != "" {
+				t.Errorf("readAll = %d bytes, %v; want %d", len(got), err, tc.want)
+			}
+		})
 	}
 }

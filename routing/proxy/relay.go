@@ -68,6 +68,7 @@ type Response struct {
 	priceIn  float64
 	priceOut float64
 	start    time.Time
+	size     int64 // the upstream's Content-Length, -1 when unknown
 }
 
 // Close aborts the upstream exchange without relaying it.
@@ -99,7 +100,7 @@ func (r *Response) cost(out int) float64 {
 
 func (r *Response) relayBody(ctx context.Context, w Writer) Result {
 	var res Result
-	raw, err := io.ReadAll(io.LimitReader(r.body, r.p.cfg.MaxResponseBytes+1))
+	raw, err := readAll(r.body, r.size, r.p.cfg.MaxResponseBytes+1)
 	end := r.p.clock.Now()
 	res.Outcome.E2E = end.Sub(r.start)
 	res.Outcome.PromptTokens = r.prompt
@@ -155,6 +156,30 @@ func (r *Response) relayBody(ctx context.Context, w Writer) Result {
 	}
 	res.Status = ResultOK
 	return res
+}
+
+// readAll reads at most limit bytes of body into one buffer of the
+// announced size (Content-Length; size < 0 when unknown), so a body of
+// known length is read without growing the buffer.
+func readAll(body io.Reader, size, limit int64) ([]byte, error) {
+	if size < 0 || size >= limit {
+		return io.ReadAll(io.LimitReader(body, limit))
+	}
+	buf := make([]byte, 0, size+1) // +1: the read that sees EOF
+	for {
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) { // longer than announced: read on, within the limit
+			rest, err := io.ReadAll(io.LimitReader(body, limit-int64(len(buf))))
+			return append(buf, rest...), err
+		}
+	}
 }
 
 // usage is the OpenAI usage object.

@@ -1,0 +1,304 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/routebalance/routebalance/routing/proxy"
+)
+
+// FuzzParseCompletion holds the one-pass parser to the decoder it replaced
+// (oldParseCompletion: encoding/json into maps, each member decoded again
+// for its checks): the same answer, field by field, or the same 400.
+func FuzzParseCompletion(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"auto","messages":[{"role":"user","content":"Hello\nthere \u00e9\ud83d\ude00"}]}`,
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":5,"max_completion_tokens":3,"messages":[{"role":"system","content":""},{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},null]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":""}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[1]}]}`,
+		`{"model":"m","messages":[null]}`,
+		`{"model":"m","messages":[]}`,
+		`{"model":"m","messages":[{"role":"","content":"x"}]}`,
+		`{"model":"m","messages":[{"role":"assistant","tool_calls":[]},{"role":"user","content":"q","content":"r"}]}`,
+		`{"model":"m","model":"n","messages":[{"role":"user","content":"\u0000\ud800"}],"stream":null}`,
+		`{"model":"m","prompt":["a","b"],"max_tokens":"7"}`,
+		`{"model":"m","prompt":[[1,2],[3]]}`,
+		`{"model":"m","prompt":"x","stream_options":[]}`,
+		`{"model":"","prompt":"x"}`,
+		`{"mod\u0065l":"m","prompt":"x","stream":"yes"}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}]} trailing`,
+		`{"model":1}`, `[]`, `  `, `{`,
+	} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	f.Add([]byte("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}"), true)
+	f.Fuzz(func(t *testing.T, raw []byte, chat bool) {
+		ep := proxy.Completions
+		if chat {
+			ep = proxy.Chat
+		}
+		got, gerr := parseCompletion(raw, ep)
+		want, werr := oldParseCompletion(raw, ep)
+		if diff := cmp.Diff(fmt.Sprint(werr), fmt.Sprint(gerr)); diff != "" {
+			t.Fatalf("%s: errors differ (-old +new):\n%s", raw, diff)
+		}
+		if gerr != nil {
+			return
+		}
+		g := oldBody{model: got.model, stream: got.stream, includeUsage: got.includeUsage, maxTokens: got.maxTokens,
+			prompt: got.prompt, promptTokens: got.promptTokens}
+		w := *want
+		w.fields = nil
+		if diff := cmp.Diff(w, g, cmp.AllowUnexported(oldBody{})); diff != "" {
+			t.Errorf("%s: (-old +new):\n%s", raw, diff)
+		}
+		for _, k := range []string{"routebalance", "model", "messages", "stream_options"} {
+			gv, gok := present(got.fields, k)
+			wv, wok := oldPresent(want.fields, k)
+			if gok != wok || !bytes.Equal(gv, wv) {
+				t.Errorf("%s: member %s: new %s %v, old %s %v", raw, k, gv, gok, wv, wok)
+			}
+		}
+	})
+}
+
+// oldBody is what oldParseCompletion returns.
+type oldBody struct {
+	fields       map[string]json.RawMessage
+	model        string
+	stream       bool
+	includeUsage bool
+	maxTokens    int
+	prompt       string
+	promptTokens int
+}
+
+// oldParseCompletion is parseCompletion as it was before the one-pass
+// parser, kept as FuzzParseCompletion's reference.
+func oldParseCompletion(raw []byte, ep proxy.Endpoint) (*oldBody, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, badParam("", "the request body is empty; send a JSON object")
+	}
+	if raw[0] != '{' {
+		return nil, badParam("", "the request body must be a JSON object")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, &paramError{param: "", msg: "could not parse the JSON body: " + jsonErrText(err)}
+	}
+	b := &oldBody{fields: fields}
+	var err error
+	if b.model, err = oldReqString(fields, "model"); err != nil {
+		return nil, err
+	}
+	if b.stream, err = oldOptBool(fields, "stream"); err != nil {
+		return nil, err
+	}
+	if raw, ok := oldPresent(fields, "stream_options"); ok {
+		var opts map[string]json.RawMessage
+		if json.Unmarshal(raw, &opts) != nil {
+			return nil, badParam("stream_options", "must be an object")
+		}
+		if b.includeUsage, err = oldOptBool(opts, "include_usage"); err != nil {
+			return nil, badParam("stream_options.include_usage", "must be a boolean")
+		}
+	}
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if k == "max_completion_tokens" && ep != proxy.Chat {
+			continue
+		}
+		n, ok, err := oldOptPositiveInt(fields, k)
+		if err != nil {
+			return nil, err
+		}
+		if ok && (b.maxTokens == 0 || n < b.maxTokens) {
+			b.maxTokens = n
+		}
+	}
+	if ep == proxy.Chat {
+		err = b.oldParseMessages()
+	} else {
+		err = b.oldParsePrompt()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// jsonErrText says where JSON went wrong without echoing the body.
+
+// present returns a field unless it is missing or null.
+func oldPresent(f map[string]json.RawMessage, k string) (json.RawMessage, bool) {
+	raw, ok := f[k]
+	if !ok || string(raw) == "null" {
+		return nil, false
+	}
+	return raw, true
+}
+
+func oldReqString(f map[string]json.RawMessage, k string) (string, error) {
+	raw, ok := oldPresent(f, k)
+	if !ok {
+		return "", badParam(k, "you must provide a %s parameter", k)
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", badParam(k, "must be a string")
+	}
+	if s == "" {
+		return "", badParam(k, "must not be empty")
+	}
+	return s, nil
+}
+
+func oldOptBool(f map[string]json.RawMessage, k string) (bool, error) {
+	raw, ok := oldPresent(f, k)
+	if !ok {
+		return false, nil
+	}
+	var v bool
+	if json.Unmarshal(raw, &v) != nil {
+		return false, badParam(k, "must be a boolean")
+	}
+	return v, nil
+}
+
+func oldOptPositiveInt(f map[string]json.RawMessage, k string) (int, bool, error) {
+	raw, ok := oldPresent(f, k)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 32)
+	if err != nil || n < 1 {
+		return 0, false, badParam(k, "must be an integer >= 1")
+	}
+	return int(n), true, nil
+}
+
+func (b *oldBody) oldParseMessages() error {
+	raw, ok := oldPresent(b.fields, "messages")
+	if !ok {
+		return badParam("messages", "you must provide a messages parameter")
+	}
+	var msgs []json.RawMessage
+	if json.Unmarshal(raw, &msgs) != nil {
+		return badParam("messages", "must be an array of message objects")
+	}
+	if len(msgs) == 0 {
+		return badParam("messages", "must contain at least one message")
+	}
+	var text strings.Builder
+	for i, m := range msgs {
+		param := fmt.Sprintf("messages[%d]", i)
+		var msg map[string]json.RawMessage
+		if json.Unmarshal(m, &msg) != nil || msg == nil {
+			return badParam(param, "must be an object")
+		}
+		if _, err := oldReqString(msg, "role"); err != nil {
+			return badParam(param+".role", "must be a non-empty string")
+		}
+		content, ok := oldPresent(msg, "content")
+		if !ok {
+			continue // assistant tool calls carry no content
+		}
+		var s string
+		if json.Unmarshal(content, &s) == nil {
+			appendPrompt(&text, s)
+			continue
+		}
+		var parts []map[string]json.RawMessage
+		if json.Unmarshal(content, &parts) != nil {
+			return badParam(param+".content", "must be a string or an array of content parts")
+		}
+		for j, p := range parts {
+			typ, err := oldReqString(p, "type")
+			if err != nil {
+				return badParam(fmt.Sprintf("%s.content[%d].type", param, j), "must be a non-empty string")
+			}
+			if typ != "text" {
+				continue // images and audio do not feed the text estimators
+			}
+			t, err := oldReqString(p, "text")
+			if err != nil {
+				return badParam(fmt.Sprintf("%s.content[%d].text", param, j), "must be a string")
+			}
+			appendPrompt(&text, t)
+		}
+	}
+	b.prompt = text.String()
+	// ChatML-style framing costs about 4 tokens per message plus 3 to
+	// prime the reply.
+	b.promptTokens = estimateTokens(b.prompt) + 4*len(msgs) + 3
+	return nil
+}
+
+func (b *oldBody) oldParsePrompt() error {
+	raw, ok := oldPresent(b.fields, "prompt")
+	if !ok {
+		return badParam("prompt", "you must provide a prompt parameter")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		b.prompt, b.promptTokens = s, estimateTokens(s)
+		return nil
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil && len(ss) > 0 {
+		var text strings.Builder
+		for _, p := range ss {
+			appendPrompt(&text, p)
+			b.promptTokens += estimateTokens(p)
+		}
+		b.prompt = text.String()
+		return nil
+	}
+	// Token-id prompts: counted exactly, no text for the estimators.
+	var ids []uint32
+	if json.Unmarshal(raw, &ids) == nil && len(ids) > 0 {
+		b.promptTokens = len(ids)
+		return nil
+	}
+	var batches [][]uint32
+	if json.Unmarshal(raw, &batches) == nil && len(batches) > 0 {
+		for _, ids := range batches {
+			b.promptTokens += len(ids)
+		}
+		return nil
+	}
+	return badParam("prompt", "must be a string, an array of strings, or an array of token ids")
+}
+
+// BenchmarkParseCompletion compares the one-pass parser with the decoder
+// it replaced on a chat body with a 460-character prompt:
+//
+//	go test -run '^$' -bench ParseCompletion -benchmem ./api/
+func BenchmarkParseCompletion(b *testing.B) {
+	prompt := strings.Repeat("Which of these is a prime number? Answer with the letter only.\n", 8)[:460]
+	raw, _ := json.Marshal(map[string]any{"model": "auto", "messages": []map[string]string{
+		{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": prompt}}, "temperature": 0})
+	b.Run("one-pass", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := parseCompletion(raw, proxy.Chat); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode-maps", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := oldParseCompletion(raw, proxy.Chat); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
