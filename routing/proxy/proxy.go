@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -180,6 +181,7 @@ type Proxy struct {
 	log    *slog.Logger
 	clock  routing.Clock
 	client *http.Client
+	rt     http.RoundTripper // client's transport, called directly by Open
 	prop   propagation.TextMapPropagator
 }
 
@@ -224,7 +226,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 			return http.ErrUseLastResponse // an instance does not redirect inference calls
 		},
 	}
-	return &Proxy{cfg: cfg, log: deps.Log, clock: deps.Clock, client: client, prop: deps.Propagator}, nil
+	return &Proxy{cfg: cfg, log: deps.Log, clock: deps.Clock, client: client, rt: rt, prop: deps.Propagator}, nil
 }
 
 // Close drops idle upstream connections.
@@ -317,9 +319,9 @@ func (p *Proxy) Open(ctx context.Context, in *routing.Instance, call *Call) (*Re
 	if err != nil {
 		return nil, err
 	}
-	url := upstreamURL(in.BaseURL, call.Endpoint)
+	target := upstreamURL(in.BaseURL, call.Endpoint)
 	rctx, cancel := context.WithCancel(ctx)
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
 		cancel()
 		return nil, &UnreachableError{InstanceID: in.ID, Err: err}
@@ -338,7 +340,7 @@ func (p *Proxy) Open(ctx context.Context, in *routing.Instance, call *Call) (*Re
 	}
 	p.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	start := p.clock.Now()
-	resp, err := p.client.Do(req)
+	resp, err := p.roundTrip(req)
 	if err != nil {
 		cancel()
 		if cerr := ctx.Err(); cerr != nil {
@@ -369,6 +371,38 @@ func (p *Proxy) Open(ctx context.Context, in *routing.Instance, call *Call) (*Re
 		start: start,
 		size:  resp.ContentLength,
 	}, nil
+}
+
+// roundTrip sends req on the transport itself rather than through
+// http.Client.Do: the client adds nothing an upstream call needs (no
+// cookie jar, no client timeout, and redirects are never followed, as the
+// client's CheckRedirect says), while Do clones the headers and the URL of
+// every request for a redirect that cannot happen. Errors are wrapped in
+// *url.Error as Do wraps them, so their text is unchanged; a 3xx answer
+// is returned as it is, as with http.ErrUseLastResponse.
+// Like Do, credentials in the URL become Basic auth unless the request
+// has an Authorization header.
+func (p *Proxy) roundTrip(req *http.Request) (*http.Response, error) {
+	if u := req.URL.User; u != nil && req.Header.Get("Authorization") == "" {
+		pass, _ := u.Password()
+		req.SetBasicAuth(u.Username(), pass)
+	}
+	resp, err := p.rt.RoundTrip(req)
+	if err != nil {
+		return nil, &url.Error{Op: "Post", URL: stripPassword(req.URL), Err: err}
+	}
+	if resp.Body == nil {
+		resp.Body = http.NoBody
+	}
+	return resp, nil
+}
+
+// stripPassword writes u as http.Client's errors do: a password is ***.
+func stripPassword(u *url.URL) string {
+	if _, ok := u.User.Password(); ok {
+		return strings.Replace(u.String(), u.User.String()+"@", u.User.Username()+":***@", 1)
+	}
+	return u.String()
 }
 
 // upstreamURL joins an instance's base URL and an endpoint. The base URL

@@ -406,10 +406,16 @@ func TestOpenClassifiesFailures(t *testing.T) {
 	p := newProxy(t, Config{})
 	body := `{"model":"m","messages":[{"role":"user","content":"x"}]}`
 	t.Run("refused", func(t *testing.T) {
-		_, err := p.Open(context.Background(), instance(vllmtest.RefusedURL(t)), &Call{Endpoint: Chat, Body: rawBody(t, body)})
+		refused := vllmtest.RefusedURL(t)
+		_, err := p.Open(context.Background(), instance(refused), &Call{Endpoint: Chat, Body: rawBody(t, body)})
 		var ue *UnreachableError
 		if !errors.Is(err, ErrUnreachable) || !errors.As(err, &ue) || ue.InstanceID != "i1" {
 			t.Fatalf("err %v, want UnreachableError for i1", err)
+		}
+		// the transport is called directly; the error reads as http.Client's
+		_, cerr := http.Post(upstreamURL(refused, Chat), "application/json", strings.NewReader(body))
+		if cerr == nil || ue.Err.Error() != cerr.Error() {
+			t.Errorf("error text %q, http.Client says %q", ue.Err, cerr)
 		}
 	})
 	t.Run("server error", func(t *testing.T) {
