@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
+
+	"github.com/routebalance/routebalance/routing"
 )
 
 // accessLogCtx returns a fiber context for an answered POST from ip with
@@ -74,3 +76,37 @@ func TestAccessLogAllocations(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestDecisionHeaders checks the decision's headers and that writing them
+// allocates nothing.
+func TestDecisionHeaders(t *testing.T) {
+	s := New(Config{}, Deps{Log: slog.New(slog.NewJSONHandler(discard{}, nil))})
+	fctx := accessLogCtx(t, s, "198.51.100.9")
+	c := s.app.AcquireCtx(fctx)
+	defer s.app.ReleaseCtx(c)
+	a := &routing.Assignment{Decision: routing.Decision{Instance: routing.Instance{ID: "i-1", Model: "m-1"}, Policy: "routebalance",
+		DecisionTime: 1234 * time.Microsecond, BatchSize: 3, PredictedQuality: 0.61234, PredictedE2E: 1500 * time.Millisecond,
+		PredictedCostUSD: 0.000123456789, QueueWait: 2500 * time.Microsecond}}
+	c.Set(hdrRelaxed, "stale")
+	setDecisionHeaders(c, a)
+	got := map[string]string{}
+	for _, k := range []string{hdrInstance, hdrModel, hdrPolicyOut, hdrDecisionUs, hdrBatchSize, hdrPredictedQuality,
+		hdrPredictedE2EMs, hdrPredictedCostUSD, hdrQueueWaitMs, hdrRelaxed} {
+		got[k] = string(c.Response().Header.Peek(k))
+	}
+	want := map[string]string{hdrInstance: "i-1", hdrModel: "m-1", hdrPolicyOut: "routebalance", hdrDecisionUs: "1234",
+		hdrBatchSize: "3", hdrPredictedQuality: "0.6123", hdrPredictedE2EMs: "1500.0", hdrPredictedCostUSD: "0.000123457",
+		hdrQueueWaitMs: "2.5", hdrRelaxed: ""}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("headers (-want +got):\n%s", d)
+	}
+	a.Relaxed = []string{"ttft"}
+	setDecisionHeaders(c, a)
+	if v := string(c.Response().Header.Peek(hdrRelaxed)); v != "ttft" {
+		t.Errorf("%s = %q, want ttft", hdrRelaxed, v)
+	}
+	a.Relaxed = nil
+	if n := testing.AllocsPerRun(100, func() { setDecisionHeaders(c, a) }); n != 0 {
+		t.Errorf("setDecisionHeaders allocates %v times, want 0", n)
+	}
+}

@@ -366,23 +366,27 @@ type bodyBuffer struct{ b []byte }
 func (b *bodyBuffer) Write(p []byte) (int, error) { b.b = append(b.b, p...); return len(p), nil }
 func (b *bodyBuffer) Flush() error                { return nil }
 
-// setDecisionHeaders explains the routing decision on the response.
+// setDecisionHeaders explains the routing decision on the response. The
+// numbers are formatted into a stack buffer that fasthttp copies, so the
+// headers allocate nothing.
 func setDecisionHeaders(c *fiber.Ctx, a *routing.Assignment) {
-	c.Set(hdrInstance, a.Instance.ID)
-	c.Set(hdrModel, a.Instance.Model)
+	h := &c.Context().Response.Header
+	h.Set(hdrInstance, a.Instance.ID)
+	h.Set(hdrModel, a.Instance.Model)
 	if a.Policy != "" {
-		c.Set(hdrPolicyOut, a.Policy)
+		h.Set(hdrPolicyOut, a.Policy)
 	}
-	c.Set(hdrDecisionUs, strconv.FormatInt(a.DecisionTime.Microseconds(), 10))
-	c.Set(hdrBatchSize, strconv.Itoa(a.BatchSize))
-	c.Set(hdrPredictedQuality, strconv.FormatFloat(a.PredictedQuality, 'f', 4, 64))
-	c.Set(hdrPredictedE2EMs, strconv.FormatFloat(float64(a.PredictedE2E)/float64(time.Millisecond), 'f', 1, 64))
-	c.Set(hdrPredictedCostUSD, strconv.FormatFloat(a.PredictedCostUSD, 'g', 6, 64))
-	c.Set(hdrQueueWaitMs, strconv.FormatFloat(float64(a.QueueWait)/float64(time.Millisecond), 'f', 1, 64))
+	var buf [32]byte
+	h.SetBytesV(hdrDecisionUs, strconv.AppendInt(buf[:0], a.DecisionTime.Microseconds(), 10))
+	h.SetBytesV(hdrBatchSize, strconv.AppendInt(buf[:0], int64(a.BatchSize), 10))
+	h.SetBytesV(hdrPredictedQuality, strconv.AppendFloat(buf[:0], a.PredictedQuality, 'f', 4, 64))
+	h.SetBytesV(hdrPredictedE2EMs, strconv.AppendFloat(buf[:0], float64(a.PredictedE2E)/float64(time.Millisecond), 'f', 1, 64))
+	h.SetBytesV(hdrPredictedCostUSD, strconv.AppendFloat(buf[:0], a.PredictedCostUSD, 'g', 6, 64))
+	h.SetBytesV(hdrQueueWaitMs, strconv.AppendFloat(buf[:0], float64(a.QueueWait)/float64(time.Millisecond), 'f', 1, 64))
 	if len(a.Relaxed) > 0 {
-		c.Set(hdrRelaxed, strings.Join(a.Relaxed, ","))
+		h.Set(hdrRelaxed, strings.Join(a.Relaxed, ","))
 	} else {
-		c.Context().Response.Header.Del(hdrRelaxed)
+		h.Del(hdrRelaxed)
 	}
 }
 
