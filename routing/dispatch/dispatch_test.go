@@ -170,16 +170,20 @@ var seq int
 func call(cl *routing.Cluster, stream bool, c dispatch.Client) dispatch.Call {
 	seq++
 	id := fmt.Sprint("req-", seq)
+	body, err := proxy.BodyOf(map[string]json.RawMessage{
+		"model": json.RawMessage(`"m"`), "stream": json.RawMessage(fmt.Sprint(stream)),
+		"messages": json.RawMessage(`[{"role":"user","content":"hi"}]`),
+	})
+	if err != nil {
+		panic(err) // a fixed literal
+	}
 	return dispatch.Call{
 		Request: &routing.Request{ID: id, Prompt: "hi", PromptTokens: 8, Model: "m",
 			Weights: routing.Weights{Quality: 0.4, Cost: 0.3, Latency: 0.3}, Arrival: time.Now()},
 		Cluster: cl,
-		Forward: proxy.Call{Endpoint: proxy.Chat, Stream: stream, PromptTokens: 8, RequestID: id, Body: map[string]json.RawMessage{
-			"model": json.RawMessage(`"m"`), "stream": json.RawMessage(fmt.Sprint(stream)),
-			"messages": json.RawMessage(`[{"role":"user","content":"hi"}]`),
-		}},
-		Spend:  billing.Limits{TenantID: "t1", KeyID: "k1"},
-		Client: c,
+		Forward: proxy.Call{Endpoint: proxy.Chat, Stream: stream, PromptTokens: 8, RequestID: id, Body: body},
+		Spend:   billing.Limits{TenantID: "t1", KeyID: "k1"},
+		Client:  c,
 	}
 }
 
