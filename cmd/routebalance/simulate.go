@@ -115,8 +115,8 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				return nil, err
 			}
 			scfg := schedule.DefaultConfig()
-		scfg.Score = *score
-		return sim.NewCoreRouter(scfg, deps, world, arm)
+			scfg.Score = *score
+			return sim.NewCoreRouter(scfg, deps, world, arm)
 		}
 		if *replicas > 1 {
 			return sim.NewReplicaRouter(*replicas, one)
