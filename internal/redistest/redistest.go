@@ -1,20 +1,23 @@
 // Package redistest gives tests a real Redis (REDIS_URL, default
 // redis://127.0.0.1:6379/0) and a key prefix of their own, and deletes the
 // prefix's keys when the test ends. Without a reachable Redis the test is
-// skipped, with the reason — except under CI=true, where it fails, so CI
-// never passes by skipping.
+// skipped with a "needs redis: …" reason — except under CI, where it fails,
+// so CI never passes by skipping (internal/testenv).
 package redistest
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/routebalance/routebalance/internal/testenv"
 )
 
 // DefaultURL is the Redis tests use when REDIS_URL is unset.
@@ -42,10 +45,7 @@ func Client(t testing.TB) (*redis.Client, string) {
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		_ = c.Close()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis at %s is unreachable under CI=true (tests must run against it): %v", URL(), err)
-		}
-		t.Skipf("redis at %s is unreachable (set REDIS_URL, or run redis-server on 127.0.0.1:6379): %v", URL(), err)
+		testenv.Need(t, "redis", fmt.Sprintf("unreachable at %s (set REDIS_URL, or run redis-server on 127.0.0.1:6379): %v", URL(), err))
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])

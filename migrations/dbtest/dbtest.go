@@ -2,8 +2,10 @@
 //
 // Postgres comes from DATABASE_URL: every call creates a new schema, points
 // the pool's search_path at it, applies every migration and drops the schema
-// (CASCADE) when the test ends. When DATABASE_URL is unset the Postgres half
-// is skipped with a message saying so. SQLite is a file in t.TempDir().
+// (CASCADE) when the test ends. Without DATABASE_URL the local default
+// server is used; when no server answers the Postgres half is skipped with
+// a "needs postgres: …" reason, or fails when CI is set (internal/testenv).
+// SQLite is a file in t.TempDir().
 package dbtest
 
 import (
@@ -19,17 +21,22 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/routebalance/routebalance/internal/testenv"
 	"github.com/routebalance/routebalance/migrations"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
-// Postgres returns a pool on a fresh migrated schema, or skips the test when
+// DefaultDatabaseURL is the local test server scripts/test.sh uses when
 // DATABASE_URL is unset.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// Postgres returns a pool on a fresh migrated schema of DATABASE_URL (or
+// DefaultDatabaseURL). Without a server it skips the test (testenv.Need).
 func Postgres(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	url := os.Getenv("DATABASE_URL")
 	if url == "" {
-		t.Skip("DATABASE_URL is not set: skipping the Postgres half (scripts/test.sh sets it)")
+		url = DefaultDatabaseURL
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -39,7 +46,7 @@ func Postgres(t testing.TB) *pgxpool.Pool {
 
 	admin, err := pgx.Connect(ctx, url)
 	if err != nil {
-		t.Fatalf("connect to DATABASE_URL: %v", err)
+		testenv.Need(t, "postgres", "no server answers (set DATABASE_URL or start one at 127.0.0.1:5432): "+testenv.Cause(err))
 	}
 	defer admin.Close(ctx)
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
@@ -98,8 +105,8 @@ type Engine struct {
 }
 
 // Each runs fn as a subtest once per engine with a fresh database: sqlite
-// always, postgres when DATABASE_URL is set (skipped with a message
-// otherwise).
+// always, postgres when a server answers (skipped with a reason
+// otherwise, failed under CI).
 func Each(t *testing.T, fn func(t *testing.T, e Engine)) {
 	t.Run("sqlite", func(t *testing.T) { fn(t, Engine{Name: "sqlite", SQLite: SQLite(t)}) })
 	t.Run("postgres", func(t *testing.T) { fn(t, Engine{Name: "postgres", Pool: Postgres(t)}) })

@@ -1,6 +1,8 @@
 // Package billingtest has the test fixtures of the billing packages: a
 // fresh Postgres schema or SQLite file with the migrations applied, a TCP
-// proxy that can cut a database off, and stripe-mock.
+// proxy that can cut a database off, stripe-mock, and the fake clock of
+// the clock-shift guard. Postgres and stripe-mock are needed tools
+// (internal/testenv): missing, they skip the test, or fail it under CI.
 package billingtest
 
 import (
@@ -15,10 +17,12 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
+	"github.com/routebalance/routebalance/internal/testenv"
 	"github.com/routebalance/routebalance/migrations"
 )
 
@@ -47,6 +51,13 @@ func PGSchema(t testing.TB) string {
 	admin, err := pgxpool.New(ctx, DatabaseURL())
 	if err != nil {
 		t.Fatalf("postgres: %v", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = admin.Ping(pctx)
+	cancel()
+	if err != nil {
+		admin.Close()
+		testenv.Need(t, "postgres", "no server answers (set DATABASE_URL or start one at 127.0.0.1:5432): "+testenv.Cause(err))
 	}
 	schema := "billing_t_" + randHex(6)
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {

@@ -9,22 +9,21 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/routebalance/routebalance/internal/testenv"
 )
 
 // StripeMock starts stripe-mock on a free loopback port for the test and
-// returns its base URL. Without the binary the test is skipped, except in
-// CI (CI set), where it fails: .ci/run installs it.
+// returns its base URL. Without the binary the test is skipped with a
+// "needs stripe-mock: …" reason, or fails when CI is set (.ci/run installs
+// it; see internal/testenv).
 func StripeMock(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath("stripe-mock")
 	if err != nil {
 		bin = filepath.Join(build.Default.GOPATH, "bin", "stripe-mock")
 		if _, statErr := os.Stat(bin); statErr != nil {
-			msg := "stripe-mock not installed (go install github.com/stripe/stripe-mock@v0.203.0)"
-			if os.Getenv("CI") != "" {
-				t.Fatal(msg + " but CI is set: .ci/run must install it")
-			}
-			t.Skip(msg)
+			testenv.Need(t, "stripe-mock", "not installed (go install github.com/stripe/stripe-mock@v0.203.0)")
 		}
 	}
 	httpPort, httpsPort := freePort(t), freePort(t)
