@@ -26,7 +26,9 @@ func (r *recRouter) Assign(_ context.Context, _ time.Time, batch []*Job, done []
 	}
 	return done
 }
-func (r *recRouter) Progress(_ time.Time, j *Job, _ int) { r.progressed = append(r.progressed, j.Index) }
+func (r *recRouter) Progress(_ time.Time, j *Job, _ int) {
+	r.progressed = append(r.progressed, j.Index)
+}
 func (r *recRouter) Release(_ time.Time, j *Job, _ routing.Outcome, done []*Job) []*Job {
 	r.released = append(r.released, j.Index)
 	return done
