@@ -63,6 +63,11 @@ type InferenceConfig struct {
 	// FeedbackPromptBytes caps the prompt kept per request for feedback
 	// (default 8 KiB).
 	FeedbackPromptBytes int
+	// MaxAttempts bounds the instances one request is opened on: the first
+	// and the fallbacks after an instance that could not be reached or
+	// answered 5xx/429 before its first byte (default 2; see
+	// routing/dispatch).
+	MaxAttempts int
 }
 
 // DefaultInferenceConfig returns the default InferenceConfig.
@@ -72,12 +77,13 @@ func DefaultInferenceConfig() InferenceConfig {
 		ClientCheckInterval: 200 * time.Millisecond,
 		FeedbackWindow:      10000,
 		FeedbackPromptBytes: 8 << 10,
+		MaxAttempts:         dispatch.DefaultConfig().MaxAttempts,
 	}
 }
 
 // Validate reports a negative setting.
 func (c InferenceConfig) Validate() error {
-	if c.RetryAfter < 0 || c.ClientCheckInterval < 0 || c.FeedbackWindow < 0 || c.FeedbackPromptBytes < 0 {
+	if c.RetryAfter < 0 || c.ClientCheckInterval < 0 || c.FeedbackWindow < 0 || c.FeedbackPromptBytes < 0 || c.MaxAttempts < 0 {
 		return fmt.Errorf("inference config: settings must be >= 0")
 	}
 	return nil
@@ -96,6 +102,9 @@ func (c InferenceConfig) withDefaults() InferenceConfig {
 	}
 	if c.FeedbackPromptBytes == 0 {
 		c.FeedbackPromptBytes = d.FeedbackPromptBytes
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = d.MaxAttempts
 	}
 	return c
 }
@@ -154,8 +163,8 @@ func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *in
 	if deps.Router == nil {
 		return h
 	}
-	d, err := dispatch.New(dispatch.Config{}, h.dispatchDeps())
-	if err != nil { // the zero Config is valid and Router and Upstream are set
+	d, err := dispatch.New(dispatch.Config{MaxAttempts: cfg.MaxAttempts}, h.dispatchDeps())
+	if err != nil { // cfg was validated and Router and Upstream are set
 		panic(err)
 	}
 	h.dispatch = d

@@ -37,6 +37,7 @@ const (
 	hdrRelaxed           = "X-RouteBalance-Relaxed"
 	hdrQueueWaitMs       = "X-RouteBalance-Queue-Wait-Ms"
 	hdrFailedOver        = "X-RouteBalance-Failed-Over"
+	hdrAttempts          = "X-RouteBalance-Attempts"
 	statusClientClosed   = 499 // nginx's "client closed request"; never seen by the client
 	errCodeModelNotFound = "model_not_found"
 )
@@ -130,6 +131,7 @@ type exchange struct {
 	cluster *routing.Cluster
 	body    *completionBody
 	root    trace.Span // the request's root span, ended by endRoot
+	tried   int        // instances decided on so far (X-RouteBalance-Attempts)
 	buf     bodyBuffer // a non-streamed answer
 	// A stream's hand-off (stream): Begin closes begun once the headers
 	// are set, then waits for fasthttp's body writer on writer.
@@ -142,11 +144,20 @@ var _ dispatch.Client = (*exchange)(nil)
 // Limited sets the x-ratelimit-* headers.
 func (x *exchange) Limited(st limits.Status) { setRateHeaders(x.c, st) }
 
-// Decided sets the decision headers.
-func (x *exchange) Decided(a *routing.Assignment) { setDecisionHeaders(x.c, a) }
+// Decided sets the decision headers and counts the attempt.
+func (x *exchange) Decided(a *routing.Assignment) {
+	x.tried++
+	setDecisionHeaders(x.c, a)
+	x.c.Set(hdrAttempts, strconv.Itoa(x.tried))
+}
 
-// FailedOver names the instance that could not be reached.
-func (x *exchange) FailedOver(instanceID string) { x.c.Set(hdrFailedOver, instanceID) }
+// FailedOver names the instances fallen back from, in order.
+func (x *exchange) FailedOver(instanceID string) {
+	if prev := x.c.GetRespHeader(hdrFailedOver); prev != "" {
+		instanceID = prev + "," + instanceID
+	}
+	x.c.Set(hdrFailedOver, instanceID)
+}
 
 // Begin remembers the request for feedback and returns the body writer:
 // the buffer of a non-streamed answer, or, for a stream, fasthttp's body

@@ -49,6 +49,7 @@ type serveConfig struct {
 	encPrevious     string
 	bodyLimit       int
 	shutdownTimeout time.Duration
+	maxAttempts     int
 	logLevel        slog.Level
 	indexDir        string
 	latencyDir      string
@@ -95,6 +96,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	previousKeyFlags(fs, &c.jwtPrevious, &c.encPrevious)
 	limit, _ := strconv.Atoi(env("BODY_LIMIT", strconv.Itoa(api.DefaultConfig().BodyLimit)))
 	fs.IntVar(&c.bodyLimit, "body-limit", limit, "largest request body in bytes (env ROUTEBALANCE_BODY_LIMIT)")
+	attempts, _ := strconv.Atoi(env("MAX_ATTEMPTS", strconv.Itoa(api.DefaultInferenceConfig().MaxAttempts)))
+	fs.IntVar(&c.maxAttempts, "max-attempts", attempts, "instances one inference request may be opened on: the first and the fallbacks after a connection failure, 5xx or 429 before the first byte (auto requests fall back to another model) (env ROUTEBALANCE_MAX_ATTEMPTS)")
 	grace, _ := time.ParseDuration(env("SHUTDOWN_TIMEOUT", "30s"))
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", grace, "how long in-flight requests and streams may run after SIGINT/SIGTERM (env ROUTEBALANCE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by routebalance index build; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
@@ -500,6 +503,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	acfg := api.DefaultConfig()
 	acfg.BodyLimit = cfg.bodyLimit
+	acfg.Inference.MaxAttempts = cfg.maxAttempts
 	srv := api.New(acfg, deps)
 
 	ln, err := net.Listen("tcp", cfg.addr)

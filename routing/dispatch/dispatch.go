@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -92,13 +93,14 @@ type Client interface {
 // Config holds the journey's settings.
 type Config struct {
 	// MaxAttempts bounds the instances one call is opened on: the first
-	// and the fail-overs after an instance that could not be reached
-	// before its first byte (default 2: one fail-over). Each fail-over
-	// routes again with every instance tried so far excluded.
+	// and the fallbacks after an instance that could not be reached, or
+	// answered 5xx or 429, before its first byte (default 2: one
+	// fallback). Each fallback routes again with every instance tried so
+	// far excluded — and, for "auto", the failed instance's model.
 	MaxAttempts int
 }
 
-// DefaultConfig returns one fail-over before the first byte.
+// DefaultConfig returns one fallback before the first byte.
 func DefaultConfig() Config { return Config{MaxAttempts: 2} }
 
 // Validate reports a negative setting.
@@ -310,17 +312,28 @@ func (j *journey) admit() error {
 	return nil
 }
 
-// open routes the call and opens its upstream, failing over to another
-// instance (the tried ones excluded) while the instance could not be
-// reached before its first byte and attempts remain.
+// open routes the call and opens its upstream, falling back to another
+// instance while the one tried could not be reached before its first byte,
+// answered 5xx or 429, attempts remain and ctx has not ended. The retry
+// excludes every instance tried so far; a request for any model ("auto")
+// also excludes the failed instance's model, so it falls back to another
+// model (when the cluster has one), while a pinned model is retried on
+// another replica of it. Only the attempt the call ends on is metered.
 func (j *journey) open(ctx context.Context) (*proxy.Response, error) {
 	req := j.call.Request
-	var unreachable error // the last instance that could not be reached
+	var (
+		last        *Error              // the last failed attempt
+		lastA       *routing.Assignment // its assignment (released)
+		lastReached bool                // it reached the instance (an answer, not a connection failure)
+	)
 	for attempt := 0; ; attempt++ {
 		a, err := j.route(ctx, req, attempt)
 		if err != nil {
-			if unreachable != nil { // the fail-over found no other instance
-				return nil, &Error{Step: StepOpen, Err: unreachable}
+			if last != nil { // no other instance to fall back to
+				if lastReached {
+					j.meter(ctx, lastA, nil, proxy.ResultError, last)
+				}
+				return nil, last
 			}
 			if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 				err = fmt.Errorf("%w (%w)", err, ctx.Err())
@@ -338,12 +351,13 @@ func (j *journey) open(ctx context.Context) (*proxy.Response, error) {
 		endUpstream(j.usp, nil, err)
 		var se *proxy.StatusError
 		e := &Error{Step: StepOpen, Instance: a.Instance.ID, Err: err}
+		unreachable := errors.Is(err, proxy.ErrUnreachable)
 		switch {
-		case errors.Is(err, proxy.ErrUnreachable):
+		case unreachable || (errors.As(err, &se) && se.InstanceFault()):
 			j.release(routing.Outcome{Err: err, Upstream: true})
-			if attempt+1 < j.d.cfg.MaxAttempts {
-				unreachable = err
-				req = excluding(req, a.Instance.ID)
+			if attempt+1 < j.d.cfg.MaxAttempts && ctx.Err() == nil {
+				last, lastA, lastReached = e, a, !unreachable
+				req = excluding(req, j.call.Cluster, a.Instance)
 				j.call.Client.FailedOver(a.Instance.ID)
 				continue
 			}
@@ -388,10 +402,31 @@ func (j *journey) openOn(ctx context.Context, a *routing.Assignment) (*proxy.Res
 	return j.d.deps.Upstream.Open(uctx, &a.Instance, &fw)
 }
 
-// excluding returns a copy of req that also excludes the instance id.
-func excluding(req *routing.Request, id string) *routing.Request {
+// excluding returns a copy of req that also excludes the failed
+// instance: for a request of any model, every instance of the failed
+// instance's model when the cluster has an enabled instance of another
+// model (the fallback goes to another model), else just the instance.
+func excluding(req *routing.Request, c *routing.Cluster, failed routing.Instance) *routing.Request {
 	retry := *req // an earlier ticket may still refer to req
-	retry.Exclude = append(append([]string(nil), req.Exclude...), id)
+	retry.Exclude = append(append([]string(nil), req.Exclude...), failed.ID)
+	if !req.AnyModel() || c == nil {
+		return &retry
+	}
+	other := false
+	for _, in := range c.Instances {
+		if !in.Disabled && in.Model != failed.Model {
+			other = true
+			break
+		}
+	}
+	if !other {
+		return &retry
+	}
+	for _, in := range c.Instances {
+		if in.Model == failed.Model && in.ID != failed.ID && !slices.Contains(retry.Exclude, in.ID) {
+			retry.Exclude = append(retry.Exclude, in.ID)
+		}
+	}
 	return &retry
 }
 

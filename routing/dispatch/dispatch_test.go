@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -498,3 +499,126 @@ func TestMeteredInSQLite(t *testing.T) {
 		t.Errorf("ledger rows (-want +got):\n%s", diff)
 	}
 }
+
+// TestFallbackAcrossModels: an instance answering 5xx or 429 before its
+// first byte is fallen back from like an unreachable one. A request for
+// "auto" whose first model fails falls back to another model (every
+// instance of the failed model excluded); a pinned model is retried on
+// another replica of the same model; a 4xx other than 429 is not retried.
+// One usage event per call, on the instance that served it, and every
+// failed attempt is released as the instance's fault (toward ejection).
+func TestFallbackAcrossModels(t *testing.T) {
+	down := vllmtest.New(t, vllmtest.Config{Model: "gemma", Status: 503})
+	busy := vllmtest.New(t, vllmtest.Config{Model: "gemma", Status: 429})
+	gemmaOK := vllmtest.New(t, vllmtest.Config{Model: "gemma", Tokens: 2})
+	llama := vllmtest.New(t, vllmtest.Config{Model: "llama", Tokens: 2})
+	bad := vllmtest.New(t, vllmtest.Config{Model: "gemma", Status: 400})
+	mk := func(id, model, url string, prior float64) routing.Instance {
+		return routing.Instance{ID: id, BaseURL: url, Model: model, GPU: "A100", PriceInPerMTok: 1, PriceOutPerMTok: 2, QualityPrior: prior}
+	}
+	for _, tc := range []struct {
+		name          string
+		model         string
+		instances     []routing.Instance
+		wantServed    string   // "" = the call fails with the 400
+		wantEx        []string // excluded on every fallback
+		everyFallsOff bool     // every call's first choice fails
+	}{
+		{"auto falls back to another model", "auto",
+			[]routing.Instance{mk("g1", "gemma", down.URL, 0.9), mk("g2", "gemma", busy.URL, 0.9), mk("l1", "llama", llama.URL, 0.2)},
+			"l1", []string{"g1", "g2"}, true},
+		{"pinned model retries a replica", "gemma",
+			[]routing.Instance{mk("g1", "gemma", down.URL, 0.9), mk("g3", "gemma", gemmaOK.URL, 0.9), mk("l1", "llama", llama.URL, 0.2)},
+			"g3", []string{"g1"}, false},
+		{"auto with one model retries a replica", "auto",
+			[]routing.Instance{mk("g2", "gemma", busy.URL, 0.9), mk("g3", "gemma", gemmaOK.URL, 0.9)},
+			"g3", []string{"g2"}, false},
+		{"a 400 is the client's: no retry", "gemma",
+			[]routing.Instance{mk("g4", "gemma", bad.URL, 0.9)},
+			"", nil, false},
+	} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v", tc.name, stream), func(t *testing.T) {
+				e := newEnv(t, envOpts{})
+				policy := "quality-only"
+				if !tc.everyFallsOff {
+					policy = "round-robin" // spreads the calls over both replicas
+				}
+				cl := &routing.Cluster{ID: "cl", TenantID: "t1", Version: 1, Policy: routing.PolicyConfig{Name: policy}, Instances: tc.instances}
+				fallbacks := 0
+				const calls = 4
+				for i := 0; i < calls; i++ {
+					c := &client{}
+					cc := call(cl, stream, c)
+					cc.Request.Model = tc.model
+					res, err := e.d.Dispatch(context.Background(), cc)
+					if tc.wantServed == "" {
+						var se *proxy.StatusError
+						if !errors.As(err, &se) || se.Status != 400 || res.Attempts != 1 || len(c.failedOver) != 0 {
+							t.Fatalf("err %v attempts %d failed over %v, want one 400 attempt", err, res.Attempts, c.failedOver)
+						}
+						continue
+					}
+					if err != nil || res.Decision.Instance.ID != tc.wantServed || res.Relay.Status != proxy.ResultOK {
+						t.Fatalf("call %d: err %v served %+v attempts %d", i, err, res.Decision, res.Attempts)
+					}
+					if len(c.failedOver) != res.Attempts-1 {
+						t.Errorf("failed over %v for %d attempts", c.failedOver, res.Attempts)
+					}
+					if res.Attempts == 1 {
+						continue
+					}
+					fallbacks++
+					e.router.mu.Lock()
+					ex := e.router.requests[len(e.router.requests)-1].Exclude
+					e.router.mu.Unlock()
+					if diff := cmp.Diff(tc.wantEx, ex, cmpSorted); diff != "" {
+						t.Errorf("call %d: the fallback excluded (-want +got):\n%s", i, diff)
+					}
+				}
+				if tc.everyFallsOff && fallbacks != calls {
+					t.Errorf("%d of %d calls fell back, want all (their first model always fails)", fallbacks, calls)
+				}
+				if tc.wantServed != "" && fallbacks == 0 {
+					t.Error("no call fell back")
+				}
+				if len(e.meter.evs) != calls {
+					t.Fatalf("%d usage events for %d calls", len(e.meter.evs), calls)
+				}
+				for _, ev := range e.meter.evs {
+					want := "ok"
+					if tc.wantServed == "" {
+						want = "error"
+					}
+					if ev.Status != want || (tc.wantServed != "" && ev.InstanceID != tc.wantServed) {
+						t.Errorf("usage event %+v, want status %s on %q", ev, want, tc.wantServed)
+					}
+				}
+				g, r, outs := e.router.counts()
+				if g != r || g != calls+fallbacks {
+					t.Errorf("granted %d released %d, want %d", g, r, calls+fallbacks)
+				}
+				faults := 0
+				for _, o := range outs {
+					if o.Err != nil && o.Upstream {
+						faults++
+					}
+				}
+				if want := fallbacks; tc.wantServed == "" {
+					if faults != 0 {
+						t.Errorf("a 400 was released as the instance's fault %d times", faults)
+					}
+				} else if faults != want {
+					t.Errorf("%d instance-fault outcomes, want %d", faults, want)
+				}
+			})
+		}
+	}
+}
+
+// cmpSorted compares string slices as sets.
+var cmpSorted = cmp.Transformer("sorted", func(in []string) []string {
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return out
+})

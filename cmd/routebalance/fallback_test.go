@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/tenants/sqlstore"
+)
+
+// TestFallbackToAnotherModel: the real serve in front of an emulated
+// cluster whose every gemma instance answers 503 (the emulator's fault
+// injection). The quality preset prefers gemma (its prior is the highest),
+// yet every "auto" request succeeds on llama after one fallback: the
+// response says X-RouteBalance-Attempts: 2 and which instance it fell back
+// from, and the ledger has exactly one row per request, on llama.
+func TestFallbackToAnotherModel(t *testing.T) {
+	f, err := vllmemu.ParseCluster([]byte(`{"name":"fb","tiers":[
+		{"model":"gemma-2-9b-it","gpu":"a30","tensor_parallel":1,"instances":2,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
+		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1},
+		{"model":"llama-3.1-8b-instruct","gpu":"a30","tensor_parallel":1,"instances":1,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
+		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1}],
+		"output_lengths":{"sigma":0.3,"median_tokens_by_task":{"default":6}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := vllmemu.Fault{ErrorRate: 1, ErrorStatus: 503}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	emu, err := vllmemu.StartCluster(ctx, vllmemu.Config{File: f, TimeScale: 0.01, Seed: 3, Faults: map[int]vllmemu.Fault{0: down, 1: down}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+
+	dir := t.TempDir()
+	base, stop := startServe(t, dir, "--allow-private-endpoints")
+	tok := postJSON(t, base+"/api/v1/signup", "", `{"email":"fb@example.com","password":"correct-horse-42","name":"FB"}`)["access_token"].(string)
+	cid := postJSON(t, base+"/api/v1/clusters", tok, `{"name":"c"}`)["id"].(string)
+	gemma := map[string]bool{}
+	for _, in := range emu.Instances {
+		prior := "0.9"
+		if in.Spec().Tier.Model != "gemma-2-9b-it" {
+			prior = "0.3"
+		}
+		id := postJSON(t, base+"/api/v1/clusters/"+cid+"/instances", tok, `{"base_url":"`+in.URL+`","model":"`+in.Spec().Tier.Model+
+			`","gpu":"a30","price_in_per_mtok":0.1,"price_out_per_mtok":0.1,"max_concurrency":8,"quality_prior":`+prior+`}`)["id"].(string)
+		if prior == "0.9" {
+			gemma[id] = true
+		}
+	}
+	req, _ := http.NewRequest("PUT", base+"/api/v1/settings", strings.NewReader(`{"preset":"quality"}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 200 {
+		t.Fatalf("settings: %v %v", res, err)
+	}
+	key := postJSON(t, base+"/api/v1/keys", tok, `{"name":"k"}`)["key"].(string)
+
+	client := openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	const n = 6
+	for i := 0; i < n; i++ {
+		var raw *http.Response
+		params := openai.ChatCompletionNewParams{Model: "auto", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("explain fallbacks")}}
+		if i%2 == 1 {
+			st := client.Chat.Completions.NewStreaming(context.Background(), params, option.WithResponseInto(&raw))
+			text := ""
+			for st.Next() {
+				if ch := st.Current(); len(ch.Choices) > 0 {
+					text += ch.Choices[0].Delta.Content
+				}
+			}
+			if err := st.Err(); err != nil || !strings.HasPrefix(text, vllmemu.EmulatedMarker) {
+				t.Fatalf("stream %d: %v, text %q", i, err, text)
+			}
+		} else {
+			got, err := client.Chat.Completions.New(context.Background(), params, option.WithResponseInto(&raw))
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			if got.Model != "llama-3.1-8b-instruct" {
+				t.Errorf("request %d answered by %q, want llama", i, got.Model)
+			}
+		}
+		if m := raw.Header.Get("X-RouteBalance-Model"); m != "llama-3.1-8b-instruct" {
+			t.Errorf("request %d: X-RouteBalance-Model %q, want llama", i, m)
+		}
+		if a := raw.Header.Get("X-RouteBalance-Attempts"); a != "2" {
+			t.Errorf("request %d: X-RouteBalance-Attempts %q, want 2", i, a)
+		}
+		if fo := raw.Header.Get("X-RouteBalance-Failed-Over"); !gemma[fo] {
+			t.Errorf("request %d: X-RouteBalance-Failed-Over %q, want a gemma instance", i, fo)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sqlstore.OpenSQLite(filepath.Join(dir, "routebalance.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var rows, onLlama, attempts2 int
+	if err := db.QueryRow(`SELECT count(*), coalesce(sum(model = 'llama-3.1-8b-instruct' AND status = 'ok'), 0), coalesce(sum(attempts = 2), 0) FROM billing_usage`).Scan(&rows, &onLlama, &attempts2); err != nil {
+		t.Fatal(err)
+	}
+	if rows != n || onLlama != n || attempts2 != n {
+		t.Errorf("ledger: %d rows, %d ok on llama, %d with attempts 2; want %d each (metered once, for the attempt that served)", rows, onLlama, attempts2, n)
+	}
+}
