@@ -133,6 +133,9 @@ type InferenceDeps struct {
 	// telemetry/README.md). nil or a no-op provider (the default) turns
 	// tracing off at no cost. telemetry.Tracing.Provider supplies it.
 	Tracer trace.TracerProvider
+	// Cache is the exact-match response cache for deterministic
+	// non-streamed requests (routing/respcache); nil turns it off.
+	Cache dispatch.Cache
 }
 
 // inference serves /v1.
@@ -176,7 +179,7 @@ func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *in
 func (h *inference) dispatchDeps() dispatch.Deps {
 	deps := h.deps
 	d := dispatch.Deps{Router: deps.Router, Spend: deps.Spend, Meter: deps.Meter, Limiter: deps.Limiter,
-		Status: h.dispatchStatus, Clock: h.clock, Log: h.log, Tracer: deps.Tracer}
+		Status: h.dispatchStatus, Clock: h.clock, Log: h.log, Tracer: deps.Tracer, Cache: deps.Cache}
 	if deps.Proxy != nil {
 		d.Upstream = deps.Proxy
 	} else {

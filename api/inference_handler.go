@@ -19,6 +19,7 @@ import (
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/proxy"
+	"github.com/routebalance/routebalance/routing/respcache"
 	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
 	"github.com/routebalance/routebalance/tenants/limits"
@@ -38,6 +39,7 @@ const (
 	hdrQueueWaitMs       = "X-RouteBalance-Queue-Wait-Ms"
 	hdrFailedOver        = "X-RouteBalance-Failed-Over"
 	hdrAttempts          = "X-RouteBalance-Attempts"
+	hdrCache             = "X-RouteBalance-Cache"
 	statusClientClosed   = 499 // nginx's "client closed request"; never seen by the client
 	errCodeModelNotFound = "model_not_found"
 )
@@ -163,7 +165,9 @@ func (x *exchange) FailedOver(instanceID string) {
 // the buffer of a non-streamed answer, or, for a stream, fasthttp's body
 // writer once the handler has returned with the stream's headers.
 func (x *exchange) Begin(a *routing.Assignment, _ int) proxy.Writer {
-	x.h.remember(x, a)
+	if a != nil {
+		x.h.remember(x, a)
+	}
 	if x.begun == nil {
 		return &x.buf
 	}
@@ -301,8 +305,17 @@ func newCall(x *exchange, ep proxy.Endpoint, weights routing.Weights, arrival ti
 	if p.Key.SLO != nil {
 		spend.KeyMonthlyUSD = p.Key.SLO.MonthlyBudgetUSD
 	}
+	cacheKey := ""
+	if x.h.deps.Cache != nil && !body.stream {
+		// Routing overrides sent as headers change the answer of "auto"
+		// as much as body fields do: they are part of the key.
+		if k, err := respcache.Key(p.Tenant.ID, string(ep)+"|"+routingHeaders(x.c), x.c.BodyRaw()); err == nil {
+			cacheKey = k
+		}
+	}
 	return &dispatch.Call{
-		Request: req, Cluster: x.cluster, Spend: spend,
+		CacheKey: cacheKey,
+		Request:  req, Cluster: x.cluster, Spend: spend,
 		TenantLimits: p.Settings.Limits.Limiter(), KeyLimits: p.Key.Limits.Limiter(),
 		Forward: proxy.Call{Endpoint: ep, Body: body.fields, Stream: body.stream, IncludeUsage: body.includeUsage,
 			PromptTokens: body.promptTokens, RequestID: x.id},
@@ -310,9 +323,28 @@ func newCall(x *exchange, ep proxy.Endpoint, weights routing.Weights, arrival ti
 	}
 }
 
+// routingHeaders is the request's X-RouteBalance-* headers, sorted, as
+// one string.
+func routingHeaders(c *fiber.Ctx) string {
+	var hs []string
+	c.Request().Header.VisitAll(func(k, v []byte) {
+		if len(k) > 14 && strings.EqualFold(string(k[:14]), "X-RouteBalance") {
+			hs = append(hs, strings.ToLower(string(k))+"="+string(v))
+		}
+	})
+	sort.Strings(hs)
+	return strings.Join(hs, "\n")
+}
+
 // answer writes a non-streamed call's answer: the instance's body, or the
 // error's envelope.
 func (x *exchange) answer(ctx context.Context, res dispatch.Result, err error) error {
+	if res.Cache != "" {
+		x.c.Set(hdrCache, res.Cache)
+	}
+	if res.Cache == "hit" {
+		x.c.Set(hdrModel, res.CachedModel)
+	}
 	if err != nil {
 		return x.h.sendFailure(ctx, x, err)
 	}

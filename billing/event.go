@@ -25,7 +25,8 @@ type UsageEvent struct {
 	PredictedQuality float64
 	TTFT             time.Duration
 	E2E              time.Duration
-	// Status is "ok", "error", "cancelled" or "budget" (stopped by a budget).
+	// Status is "ok", "error", "cancelled", "budget" (stopped by a budget)
+	// or "cached" (answered from the response cache: no instance, no cost).
 	Status     string
 	HTTPStatus int
 	StartedAt  time.Time

@@ -16,7 +16,7 @@ const (
 )
 
 // Statuses a usage event (and a RequestQuery.Status filter) may have.
-var requestStatuses = map[string]bool{"ok": true, "error": true, "cancelled": true, "budget": true}
+var requestStatuses = map[string]bool{"ok": true, "error": true, "cancelled": true, "budget": true, "cached": true}
 
 // RequestQuery selects one page of a tenant's request log: ledger rows
 // that started in [From, To), newest first, optionally of one model, key

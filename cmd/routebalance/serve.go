@@ -29,6 +29,7 @@ import (
 	"github.com/routebalance/routebalance/routing/estimate"
 	"github.com/routebalance/routebalance/routing/latency"
 	"github.com/routebalance/routebalance/routing/proxy"
+	"github.com/routebalance/routebalance/routing/respcache"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/routing/sim"
 	"github.com/routebalance/routebalance/telemetry"
@@ -50,6 +51,8 @@ type serveConfig struct {
 	bodyLimit       int
 	shutdownTimeout time.Duration
 	maxAttempts     int
+	cacheMode       string
+	cacheTTL        time.Duration
 	logLevel        slog.Level
 	indexDir        string
 	latencyDir      string
@@ -98,6 +101,9 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&c.bodyLimit, "body-limit", limit, "largest request body in bytes (env ROUTEBALANCE_BODY_LIMIT)")
 	attempts, _ := strconv.Atoi(env("MAX_ATTEMPTS", strconv.Itoa(api.DefaultInferenceConfig().MaxAttempts)))
 	fs.IntVar(&c.maxAttempts, "max-attempts", attempts, "instances one inference request may be opened on: the first and the fallbacks after a connection failure, 5xx or 429 before the first byte (auto requests fall back to another model) (env ROUTEBALANCE_MAX_ATTEMPTS)")
+	fs.StringVar(&c.cacheMode, "response-cache", env("RESPONSE_CACHE", "off"), "exact-match cache of deterministic (temperature 0), non-streamed answers, per tenant: off, memory (this process's LRU) or redis (shared; needs --redis-url) (env ROUTEBALANCE_RESPONSE_CACHE)")
+	cttl, _ := time.ParseDuration(env("RESPONSE_CACHE_TTL", respcache.DefaultTTL.String()))
+	fs.DurationVar(&c.cacheTTL, "response-cache-ttl", cttl, "how long a cached answer is served (env ROUTEBALANCE_RESPONSE_CACHE_TTL)")
 	grace, _ := time.ParseDuration(env("SHUTDOWN_TIMEOUT", "30s"))
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", grace, "how long in-flight requests and streams may run after SIGINT/SIGTERM (env ROUTEBALANCE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by routebalance index build; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
@@ -472,6 +478,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		deps.Inference.Spend = redisspend.NewGuard(bill.guard, sh.counters)
 		workers.Go(func() error { return sh.limiter.Run(bg) })
 		workers.Go(func() error { return sh.counters.Run(bg, bill.store) })
+	}
+	cache, err := newResponseCache(cfg.cacheMode, cfg.cacheTTL, sh, cfg.redis.prefix)
+	if err != nil {
+		return err
+	}
+	if cache != nil {
+		deps.Inference.Cache = cache
 	}
 	if knn != nil {
 		deps.Inference.Quality = knn // POST /v1/feedback teaches the index

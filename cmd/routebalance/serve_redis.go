@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routebalance/routebalance/billing/redisspend"
+	"github.com/routebalance/routebalance/routing/dispatch"
+	"github.com/routebalance/routebalance/routing/respcache"
 	"github.com/routebalance/routebalance/tenants/limits/redislimit"
 )
 
@@ -81,4 +84,23 @@ func newShared(ctx context.Context, f redisFlags, log *slog.Logger) (*shared, er
 	}
 	log.Info("limits and budgets shared through redis", slog.String("addr", opt.Addr), slog.Int("db", opt.DB), slog.String("fail", string(fail)))
 	return &shared{client: c, limiter: lim, counters: cnt}, nil
+}
+
+// newResponseCache builds the --response-cache store: nil for "off", the
+// in-process LRU for "memory", the shared Redis store for "redis" (which
+// needs --redis-url).
+func newResponseCache(mode string, ttl time.Duration, sh *shared, prefix string) (dispatch.Cache, error) {
+	cfg := respcache.Config{TTL: ttl}
+	switch mode {
+	case "", "off":
+		return nil, nil
+	case "memory":
+		return respcache.NewLRU(cfg, nil)
+	case "redis":
+		if sh == nil {
+			return nil, errors.New("--response-cache redis needs --redis-url")
+		}
+		return respcache.NewRedis(sh.client, prefix+":cache:", cfg)
+	}
+	return nil, fmt.Errorf("--response-cache must be off, memory or redis, got %q", mode)
 }

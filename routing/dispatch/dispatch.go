@@ -19,6 +19,7 @@ import (
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/proxy"
+	"github.com/routebalance/routebalance/routing/respcache"
 	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants/limits"
 )
@@ -86,8 +87,19 @@ type Client interface {
 	// returns the writer the body is relayed to (an error from its
 	// methods means the client is gone). A streaming client's answer is
 	// committed from here on; a non-streamed one is buffered by the
-	// implementation and sent once Dispatch returned without error.
+	// implementation and sent once Dispatch returned without error. a is
+	// nil for an answer from the response cache (no instance was asked).
 	Begin(a *routing.Assignment, status int) proxy.Writer
+}
+
+// Cache is the exact-match response cache (routing/respcache's LRU and
+// Redis stores implement it). Get and Put are called concurrently; an
+// error is treated as a miss (Get) or ignored (Put) and logged.
+type Cache interface {
+	Get(ctx context.Context, key string) (respcache.Entry, bool, error)
+	Put(ctx context.Context, key string, e respcache.Entry) (bool, error)
+	// MaxEntryBytes is the largest body Put takes.
+	MaxEntryBytes() int
 }
 
 // Config holds the journey's settings.
@@ -120,6 +132,9 @@ type Deps struct {
 	Spend    SpendGuard
 	Limiter  Limiter
 	Meter    Meter
+	// Cache answers calls with a CacheKey from earlier answers (nil: no
+	// cache).
+	Cache Cache
 	// Status is the HTTP status the client is answered for an error of
 	// Dispatch, and 200 for nil: the usage event records it. The HTTP
 	// layer supplies its one mapping (api); the default answers 200 for
@@ -195,6 +210,10 @@ type Call struct {
 	TenantLimits, KeyLimits limits.Limits
 	// Client receives the journey's facts and the body; required.
 	Client Client
+	// CacheKey is the call's response-cache key (respcache.Key); "" for a
+	// call that must not be answered from, or stored in, the cache (not
+	// deterministic, streamed, or the cache is off).
+	CacheKey string
 }
 
 // Result is how a call ended.
@@ -209,6 +228,12 @@ type Result struct {
 	UpstreamStatus int
 	// Attempts counts the instances the call was routed to.
 	Attempts int
+	// Cache is "hit" when the answer came from the cache (Begin got a nil
+	// assignment and the cached body), "miss" when a cacheable call went
+	// upstream, "" when the call was not cacheable.
+	Cache string
+	// CachedModel is the model that produced a cached answer.
+	CachedModel string
 }
 
 // Step names the part of the journey an Error comes from.
@@ -263,12 +288,90 @@ func (d *Dispatcher) Dispatch(ctx context.Context, call Call) (Result, error) {
 	if err := j.admit(); err != nil {
 		return j.res, err
 	}
+	if j.fromCache(ctx) {
+		return j.res, nil
+	}
 	resp, err := j.open(ctx)
 	if err != nil {
 		return j.res, err
 	}
 	rel := j.relay(ctx, resp)
-	return j.res, j.finish(ctx, rel)
+	err = j.finish(ctx, rel)
+	j.toCache(ctx, rel, err)
+	return j.res, err
+}
+
+// fromCache answers the call from the cache when it holds the key: the
+// client gets the stored body (Begin with a nil assignment) and the call
+// is metered as "cached" with no instance and no cost.
+func (j *journey) fromCache(ctx context.Context) bool {
+	c, key := j.d.deps.Cache, j.call.CacheKey
+	if c == nil || key == "" {
+		return false
+	}
+	j.res.Cache = "miss"
+	e, ok, err := c.Get(ctx, key)
+	if err != nil {
+		j.d.log.Warn("response cache lookup failed; going upstream", slog.String("error", err.Error()))
+		return false
+	}
+	if !ok {
+		return false
+	}
+	j.res.Cache, j.res.CachedModel, j.res.UpstreamStatus = "hit", e.Model, e.Status
+	w := j.call.Client.Begin(nil, e.Status)
+	_, werr := w.Write(e.Body)
+	if werr == nil {
+		werr = w.Flush()
+	}
+	j.ticket.Observe(int64(e.PromptTokens) + int64(e.OutputTokens))
+	if m := j.d.deps.Meter; m != nil {
+		cl, now := j.call, j.d.clock.Now()
+		status := "cached"
+		if werr != nil {
+			status = proxy.ResultCancelled
+		}
+		m.Record(billing.UsageEvent{
+			RequestID: cl.Request.ID, TenantID: cl.Spend.TenantID, KeyID: cl.Spend.KeyID, ClusterID: cl.Cluster.ID,
+			Model: e.Model, Policy: "cache", Status: status, HTTPStatus: e.Status,
+			StartedAt: cl.Request.Arrival, FinishedAt: now, E2E: now.Sub(cl.Request.Arrival), TTFT: now.Sub(cl.Request.Arrival),
+			PromptTokens: e.PromptTokens, OutputTokens: e.OutputTokens,
+		})
+	}
+	return true
+}
+
+// toCache stores a served, whole answer of a cacheable call.
+func (j *journey) toCache(ctx context.Context, rel proxy.Result, err error) {
+	if j.tee == nil || err != nil || rel.Status != proxy.ResultOK || j.tee.over || j.res.Decision == nil {
+		return
+	}
+	d := j.res.Decision
+	e := respcache.Entry{Status: j.res.UpstreamStatus, ContentType: "application/json", Body: j.tee.buf,
+		Model: d.Instance.Model, InstanceID: d.Instance.ID, PromptTokens: rel.Outcome.PromptTokens,
+		OutputTokens: rel.Outcome.OutputTokens, Stored: j.d.clock.Now()}
+	if _, err := j.d.deps.Cache.Put(ctx, j.call.CacheKey, e); err != nil {
+		j.d.log.Warn("response cache store failed", slog.String("error", err.Error()))
+	}
+}
+
+// teeWriter copies what is relayed to the client, up to max bytes.
+type teeWriter struct {
+	proxy.Writer
+	buf  []byte
+	max  int
+	over bool
+}
+
+func (t *teeWriter) Write(p []byte) (int, error) {
+	if !t.over {
+		if len(t.buf)+len(p) > t.max {
+			t.over, t.buf = true, nil
+		} else {
+			t.buf = append(t.buf, p...)
+		}
+	}
+	return t.Writer.Write(p)
 }
 
 // journey is one call's state, owned by the goroutine running Dispatch.
@@ -281,6 +384,7 @@ type journey struct {
 	res    Result
 	usp    trace.Span // the upstream span of the open attempt
 	stream bool
+	tee    *teeWriter // the copy of a cacheable answer
 }
 
 // end frees the rate-limit ticket and, when a panic cut the journey
@@ -446,6 +550,10 @@ func (j *journey) relay(ctx context.Context, resp *proxy.Response) (res proxy.Re
 		endUpstream(j.usp, &res, nil)
 	}()
 	w := j.call.Client.Begin(a, resp.Status)
+	if j.d.deps.Cache != nil && j.call.CacheKey != "" && !j.stream {
+		j.tee = &teeWriter{Writer: w, max: j.d.deps.Cache.MaxEntryBytes()}
+		w = j.tee
+	}
 	return resp.Relay(ctx, w, sent)
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
+	"github.com/routebalance/routebalance/routing/respcache"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/tenants/limits"
 )
@@ -622,3 +623,83 @@ var cmpSorted = cmp.Transformer("sorted", func(in []string) []string {
 	slices.Sort(out)
 	return out
 })
+
+// newCache is an in-process response cache for the tests.
+func newCache(t *testing.T) *respcache.LRU {
+	t.Helper()
+	c, err := respcache.NewLRU(respcache.Config{TTL: time.Minute}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestResponseCache: a call with a cache key goes upstream once ("miss")
+// and is stored; the same key is then answered from the cache ("hit"):
+// the same body, Begin with no assignment, no Route call, metered as
+// "cached" with no instance and no cost. A failed answer is not stored,
+// and a call without a key never touches the cache.
+func TestResponseCache(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 3})
+	failing := vllmtest.New(t, vllmtest.Config{Model: "m", Status: 500})
+	cache := newCache(t)
+	e := newEnv(t, envOpts{})
+	d, err := dispatch.New(dispatch.Config{}, dispatch.Deps{Router: e.router, Upstream: mustProxy(t), Meter: e.meter, Cache: cache, Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := cluster("", inst("i1", up.URL))
+	run := func(cl *routing.Cluster, key string) (*client, dispatch.Result, error) {
+		c := &client{}
+		cc := call(cl, false, c)
+		cc.CacheKey = key
+		res, err := d.Dispatch(context.Background(), cc)
+		return c, res, err
+	}
+	c1, r1, err := run(cl, "k1")
+	if err != nil || r1.Cache != "miss" || c1.begun != 1 {
+		t.Fatalf("first call: %v cache %q begun %d", err, r1.Cache, c1.begun)
+	}
+	c2, r2, err := run(cl, "k1")
+	if err != nil || r2.Cache != "hit" || r2.CachedModel != "m" || r2.Decision != nil || r2.UpstreamStatus != 200 {
+		t.Fatalf("second call: %v %+v", err, r2)
+	}
+	if c2.body.String() != c1.body.String() || len(c2.decided) != 0 {
+		t.Errorf("cached body %q (decided %v), want %q with no decision", c2.body.String(), c2.decided, c1.body.String())
+	}
+	if g, _, _ := e.router.counts(); g != 1 {
+		t.Errorf("%d instances granted for two calls of one key, want 1", g)
+	}
+	if len(e.meter.evs) != 2 {
+		t.Fatalf("usage events %+v", e.meter.evs)
+	}
+	hit := e.meter.evs[1]
+	if hit.Status != "cached" || hit.InstanceID != "" || hit.CostUSD != 0 || hit.Model != "m" || hit.OutputTokens != e.meter.evs[0].OutputTokens {
+		t.Errorf("cached event %+v, want status cached, no instance, no cost, the first answer's tokens", hit)
+	}
+	// Another key goes upstream; no key at all never asks the cache.
+	if _, r, _ := run(cl, "k2"); r.Cache != "miss" {
+		t.Errorf("new key: cache %q", r.Cache)
+	}
+	if _, r, _ := run(cl, ""); r.Cache != "" {
+		t.Errorf("no key: cache %q, want untouched", r.Cache)
+	}
+	// A failed answer is not stored: the next call of its key goes upstream again.
+	bad := cluster("", inst("bad", failing.URL))
+	if _, r, err := run(bad, "k3"); err == nil || r.Cache != "miss" {
+		t.Fatalf("failing upstream: %v %q", err, r.Cache)
+	}
+	if _, ok, _ := cache.Get(context.Background(), "k3"); ok {
+		t.Error("a failed answer was cached")
+	}
+}
+
+func mustProxy(t *testing.T) *proxy.Proxy {
+	t.Helper()
+	px, err := proxy.New(proxy.Config{}, proxy.Deps{Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	return px
+}

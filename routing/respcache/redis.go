@@ -67,5 +67,8 @@ func (r *Redis) Put(ctx context.Context, key string, e Entry) (bool, error) {
 	return true, nil
 }
 
+// MaxEntryBytes is the largest body the store takes.
+func (r *Redis) MaxEntryBytes() int { return r.cfg.MaxEntryBytes }
+
 // TTL is the store's entry lifetime.
 func (r *Redis) TTL() time.Duration { return r.cfg.TTL }

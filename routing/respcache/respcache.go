@@ -18,6 +18,7 @@ package respcache
 import (
 	"bytes"
 	"container/list"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -234,28 +235,32 @@ func NewLRU(cfg Config, now func() time.Time) (*LRU, error) {
 	return &LRU{cfg: cfg, now: now, ll: list.New(), items: map[string]*list.Element{}}, nil
 }
 
-// Get returns the live entry under key.
-func (c *LRU) Get(key string) (Entry, bool) {
+// Get returns the live entry under key (the error is always nil: the
+// signature is the one the Redis store shares).
+func (c *LRU) Get(_ context.Context, key string) (Entry, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.items[key]
 	if !ok {
-		return Entry{}, false
+		return Entry{}, false, nil
 	}
 	it := el.Value.(*lruItem)
 	if !c.now().Before(it.expires) {
 		c.remove(el)
-		return Entry{}, false
+		return Entry{}, false, nil
 	}
 	c.ll.MoveToFront(el)
-	return it.e, true
+	return it.e, true, nil
 }
+
+// MaxEntryBytes is the largest body the store takes.
+func (c *LRU) MaxEntryBytes() int { return c.cfg.MaxEntryBytes }
 
 // Put stores e under key for the TTL; it reports false (and stores
 // nothing) for an entry over MaxEntryBytes or with a status other than 200.
-func (c *LRU) Put(key string, e Entry) bool {
+func (c *LRU) Put(_ context.Context, key string, e Entry) (bool, error) {
 	if e.Status != 200 || len(e.Body) > c.cfg.MaxEntryBytes {
-		return false
+		return false, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -268,7 +273,7 @@ func (c *LRU) Put(key string, e Entry) bool {
 	for c.ll.Len() > c.cfg.MaxEntries || c.bytes > c.cfg.MaxBytes {
 		c.remove(c.ll.Back())
 	}
-	return true
+	return true, nil
 }
 
 // Len returns the number of entries held (live or not yet found expired).

@@ -1,6 +1,7 @@
 package respcache
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -67,6 +68,16 @@ func TestKey(t *testing.T) {
 	}
 }
 
+func put(c *LRU, key string, e Entry) bool {
+	ok, _ := c.Put(context.Background(), key, e)
+	return ok
+}
+
+func get(c *LRU, key string) (Entry, bool) {
+	e, ok, _ := c.Get(context.Background(), key)
+	return e, ok
+}
+
 type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time { return c.t }
@@ -81,41 +92,41 @@ func TestLRUTTLAndEviction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Put("a", entry("A")) || !c.Put("b", entry("B")) {
+	if !put(c, "a", entry("A")) || !put(c, "b", entry("B")) {
 		t.Fatal("Put refused a small entry")
 	}
-	if e, ok := c.Get("a"); !ok || string(e.Body) != "A" || e.OutputTokens != 4 {
+	if e, ok := get(c, "a"); !ok || string(e.Body) != "A" || e.OutputTokens != 4 {
 		t.Fatalf("Get(a) = %+v, %v", e, ok)
 	}
-	c.Put("c", entry("C")) // evicts b: a was used more recently
-	if _, ok := c.Get("b"); ok {
+	put(c, "c", entry("C")) // evicts b: a was used more recently
+	if _, ok := get(c, "b"); ok {
 		t.Error("b survived eviction although a was used after it")
 	}
-	if _, ok := c.Get("a"); !ok {
+	if _, ok := get(c, "a"); !ok {
 		t.Error("a was evicted although it was the most recently used")
 	}
 	clk.t = clk.t.Add(59 * time.Second)
-	if _, ok := c.Get("c"); !ok {
+	if _, ok := get(c, "c"); !ok {
 		t.Error("c expired before its TTL")
 	}
 	clk.t = clk.t.Add(time.Second)
-	if _, ok := c.Get("c"); ok {
+	if _, ok := get(c, "c"); ok {
 		t.Error("c answered at its TTL")
 	}
-	if c.Put("big", entry(strings.Repeat("x", 201))) {
+	if put(c, "big", entry(strings.Repeat("x", 201))) {
 		t.Error("an entry over MaxEntryBytes was cached")
 	}
-	if c.Put("err", Entry{Status: 503, Body: []byte("{}")}) {
+	if put(c, "err", Entry{Status: 503, Body: []byte("{}")}) {
 		t.Error("a non-200 answer was cached")
 	}
 	// The byte budget evicts too.
 	b, _ := NewLRU(Config{TTL: time.Minute, MaxEntries: 100, MaxBytes: 300, MaxEntryBytes: 200}, clk.now)
-	b.Put("1", entry(strings.Repeat("x", 150)))
-	b.Put("2", entry(strings.Repeat("y", 150)))
+	put(b, "1", entry(strings.Repeat("x", 150)))
+	put(b, "2", entry(strings.Repeat("y", 150)))
 	if b.Len() != 1 {
 		t.Errorf("Len = %d after two 214-byte entries in a 300-byte budget, want 1", b.Len())
 	}
-	if _, ok := b.Get("2"); !ok {
+	if _, ok := get(b, "2"); !ok {
 		t.Error("the newest entry was evicted")
 	}
 }
