@@ -206,5 +206,6 @@ func (s *Server) mountInference(r fiber.Router) {
 	r.Post("/chat/completions", h.complete(proxy.Chat))
 	r.Post("/completions", h.complete(proxy.Completions))
 	r.Get("/models", h.models)
+	r.Get("/models/+", h.model)
 	r.Post("/feedback", h.feedback)
 }

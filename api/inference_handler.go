@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -433,27 +434,52 @@ func setDecisionHeaders(c *fiber.Ctx, a *routing.Assignment) {
 	}
 }
 
+// modelCard is one entry of /v1/models (OpenAI's model object).
+type modelCard struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// modelCards lists "auto" and the key's cluster's served models.
+func modelCards(p *tenants.Principal) []modelCard {
+	created := int64(0)
+	if p.Cluster != nil {
+		created = p.Cluster.CreatedAt.Unix()
+	}
+	data := []modelCard{{ID: "auto", Object: "model", Created: created, OwnedBy: "routebalance"}}
+	if cl, ok := p.RoutingCluster(); ok {
+		for _, m := range servedModels(cl) {
+			data = append(data, modelCard{ID: m, Object: "model", Created: created, OwnedBy: "routebalance"})
+		}
+	}
+	return data
+}
+
 // models serves GET /v1/models: the cluster's served models plus "auto".
 func (h *inference) models(c *fiber.Ctx) error {
 	p, err := h.authenticate(c.UserContext(), c)
 	if p == nil {
 		return err
 	}
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
+	return c.JSON(fiber.Map{"object": "list", "data": modelCards(p)})
+}
+
+// model serves GET /v1/models/{id}: one model of the list, or 404
+// model_not_found in OpenAI's envelope. Ids may contain "/" (as
+// "org/name" served model names do).
+func (h *inference) model(c *fiber.Ctx) error {
+	p, err := h.authenticate(c.UserContext(), c)
+	if p == nil {
+		return err
 	}
-	created := int64(0)
-	if p.Cluster != nil {
-		created = p.Cluster.CreatedAt.Unix()
-	}
-	data := []model{{ID: "auto", Object: "model", Created: created, OwnedBy: "routebalance"}}
-	if cl, ok := p.RoutingCluster(); ok {
-		for _, m := range servedModels(cl) {
-			data = append(data, model{ID: m, Object: "model", Created: created, OwnedBy: "routebalance"})
+	id := strings.Clone(c.Params("+"))
+	for _, m := range modelCards(p) {
+		if m.ID == id {
+			return c.JSON(m)
 		}
 	}
-	return c.JSON(fiber.Map{"object": "list", "data": data})
+	return sendError(c, http.StatusNotFound, typeInvalidRequest, errCodeModelNotFound, "model",
+		fmt.Sprintf("The model '%s' does not exist or is not served by this API key's cluster.", id))
 }

@@ -1033,6 +1033,18 @@ func TestModels(t *testing.T) {
 	if resp.StatusCode != 401 {
 		t.Errorf("models without a key: %d", resp.StatusCode)
 	}
+	// GET /v1/models/{id}: one card, or 404 model_not_found.
+	for _, id := range []string{"auto", "qwen-7b"} {
+		m, err := c.Models.Get(context.Background(), id)
+		if err != nil || m.ID != id || m.Object != "model" {
+			t.Errorf("Models.Get(%q) = %+v, %v", id, m, err)
+		}
+	}
+	_, err = c.Models.Get(context.Background(), "gpt-4")
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
+		t.Errorf("Models.Get(gpt-4) = %v, want 404 model_not_found", err)
+	}
 }
 
 func TestFeedback(t *testing.T) {
