@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/routing"
 )
 
 // RequestReader answers GET /api/v1/requests from the usage ledger;
@@ -126,6 +128,7 @@ func (s *Server) requests(c *fiber.Ctx) error {
 	names := s.keyNames(c.UserContext(), tenant)
 	for i := range page.Rows {
 		page.Rows[i].KeyName = names[page.Rows[i].KeyID]
+		fillPreset(&page.Rows[i])
 	}
 	return c.JSON(requestList{Object: "list", Data: page.Rows, NextCursor: page.NextCursor})
 }
@@ -135,6 +138,23 @@ var requestCSVHeader = []string{"id", "started_at", "finished_at", "key_id", "ke
 	"instance_id", "policy", "status", "http_status", "prompt_tokens", "output_tokens", "ttft_ms", "e2e_ms",
 	"cost_usd", "billed_usd", "predicted_quality", "predicted_e2e_ms", "preset", "w_quality", "w_cost",
 	"w_latency", "relaxed", "attempts"}
+
+// fillPreset names the preset of a row recorded with weights but no
+// preset name: the named preset whose weights those are, else "custom"
+// (equal weights route identically, so the name is exact).
+func fillPreset(r *billing.RequestRow) {
+	if r.Preset != "" || r.Weights == nil {
+		return
+	}
+	r.Preset = routing.PresetCustom
+	for _, name := range []string{routing.PresetQuality, routing.PresetLatency, routing.PresetCost, routing.PresetBalanced} {
+		pw, err := routing.PresetWeights(name)
+		if err == nil && math.Abs(pw.Quality-r.Weights.Quality) < 1e-6 && math.Abs(pw.Cost-r.Weights.Cost) < 1e-6 && math.Abs(pw.Latency-r.Weights.Latency) < 1e-6 {
+			r.Preset = name
+			return
+		}
+	}
+}
 
 func fnum(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
@@ -164,6 +184,7 @@ func (s *Server) requestsCSV(c *fiber.Ctx) error {
 			return s.sendBillingError(c, err)
 		}
 		for _, r := range page.Rows {
+			fillPreset(&r)
 			var wq, wc, wl string
 			if r.Weights != nil {
 				wq, wc, wl = fnum(r.Weights.Quality), fnum(r.Weights.Cost), fnum(r.Weights.Latency)

@@ -153,3 +153,22 @@ func TestRequestLogAPI(t *testing.T) {
 		}
 	})
 }
+
+func TestFillPreset(t *testing.T) {
+	for _, c := range []struct {
+		preset string
+		w      *billing.Weights
+		want   string
+	}{
+		{"", &billing.Weights{Quality: 0.8, Cost: 0.1, Latency: 0.1}, "quality"},
+		{"", &billing.Weights{Quality: 1.0 / 3, Cost: 1.0 / 3, Latency: 1.0 / 3}, "balanced"},
+		{"", &billing.Weights{Quality: 0.5, Cost: 0.25, Latency: 0.25}, "custom"},
+		{"cost", &billing.Weights{Quality: 0.5, Cost: 0.25, Latency: 0.25}, "cost"},
+		{"", nil, ""},
+	} {
+		r := billing.RequestRow{Preset: c.preset, Weights: c.w}
+		if fillPreset(&r); r.Preset != c.want {
+			t.Errorf("%q %+v: preset %q, want %q", c.preset, c.w, r.Preset, c.want)
+		}
+	}
+}

@@ -160,6 +160,8 @@ type whatIfResponse struct {
 	Baseline  *whatIfMetrics `json:"baseline,omitempty"`
 	Policy    string         `json:"policy"`
 	RateRPS   float64        `json:"rate_rps"`
+	// Observed is the replayed traffic as it happened (source "observed").
+	Observed *whatIfObserved `json:"observed,omitempty"`
 	// Estimate says how the numbers were obtained.
 	Estimate      string `json:"estimate"`
 	QualitySource string `json:"quality_source"`
@@ -169,6 +171,10 @@ type whatIfResponse struct {
 const whatIfNote = "Model-based estimate: no GPU is measured. Each instance is emulated with engine parameters " +
 	"derived from the router's latency model for its tier (TPOT and TTFT at light load, load factor at max_concurrency), " +
 	"starting idle; quality is the router's own estimate for the model that served each request."
+
+const whatIfObservedNote = "Replays this cluster's recent requests as recorded (prompt and output token counts) at their " +
+	"observed arrival rate, on engines derived from the router's live latency models, starting idle; " +
+	"for the weights the traffic was routed with, compare the prediction with the observed figures."
 
 // whatif serves POST /api/v1/clusters/{id}/whatif.
 func (s *Server) whatif(c *fiber.Ctx) error {
@@ -243,7 +249,13 @@ func (s *Server) whatif(c *fiber.Ctx) error {
 		return err
 	}
 	items, source := sample, "sample"
-	if s.recent != nil {
+	obsItems, observed, err := s.observedTraffic(ctx, tid, id, n)
+	if err != nil {
+		return err
+	}
+	if observed != nil {
+		items, source = obsItems, "observed"
+	} else if s.recent != nil {
 		if ps := s.recent.tenantPrompts(tid, n); len(ps) >= w.cfg.MinRecent {
 			items, source = make([]workload.Item, len(ps)), "recent"
 			for k, p := range ps {
@@ -258,10 +270,24 @@ func (s *Server) whatif(c *fiber.Ctx) error {
 
 	cfg := w.cfg.Sim
 	cfg.MaxRequests = n
+	newest := ""
+	if observed != nil {
+		cfg.Rate, newest, cfg.NoExplore = observed.RateRPS, observed.newest, true
+	}
+	// Start from the live router's per-instance state (what it has seen
+	// each instance serve), when it has routed this cluster.
+	if s.deps.State != nil {
+		if st, ok := s.deps.State(id).([]schedule.InstanceState); ok {
+			cfg.Served = make(map[string]int, len(st))
+			for _, x := range st {
+				cfg.Served[x.ID] = x.Served
+			}
+		}
+	}
 	key := func(wt routing.Weights) string {
-		return fmt.Sprintf("%s|%s|%s|%d/%d|%v|%g|%g|%g|%s|%d|%d|%.2f|%.2f|%.2f", tid, id, version.UTC().Format(time.RFC3339Nano),
+		return fmt.Sprintf("%s|%s|%s|%d/%d|%v|%g|%g|%g|%s|%s|%d|%d|%.2f|%.2f|%.2f", tid, id, version.UTC().Format(time.RFC3339Nano),
 			len(rc.Instances), len(ins), rc.Policy.Name, rc.Policy.Threshold, rc.Policy.Slack, rc.Policy.SwitchGain,
-			source, len(items), n, wt.Quality, wt.Latency, wt.Cost)
+			source, newest, len(items), n, wt.Quality, wt.Latency, wt.Cost)
 	}
 	pred, err := w.run(ctx, key(*in.Weights), cfg, world, items, rc.Policy, *in.Weights)
 	if err != nil {
@@ -269,7 +295,10 @@ func (s *Server) whatif(c *fiber.Ctx) error {
 	}
 	out := whatIfResponse{
 		Source: source, Requests: pred.N, Predicted: metricsOf(pred), Policy: rc.Policy.Name, RateRPS: pred.Rate,
-		Estimate: "model", QualitySource: "priors", Note: whatIfNote,
+		Estimate: "model", QualitySource: "priors", Note: whatIfNote, Observed: observed,
+	}
+	if observed != nil {
+		out.Note = whatIfObservedNote
 	}
 	if w.deps.Estimator != nil {
 		out.QualitySource = "index"

@@ -27,8 +27,10 @@ type RequestQuery struct {
 	Model    string
 	KeyID    string
 	Status   string
-	Cursor   string
-	Limit    int
+	// ClusterID keeps one cluster's requests ("" = all).
+	ClusterID string
+	Cursor    string
+	Limit     int
 }
 
 // Validate reports a missing tenant, an empty range, an unknown status, a

@@ -93,6 +93,8 @@ func TestRequestLog(t *testing.T) {
 				{"status", billing.RequestQuery{Status: "ok", Model: "A"}, []string{"r6", "r4", "r3", "r1"}},
 				{"range", billing.RequestQuery{From: base.Add(2 * time.Minute), To: base.Add(4 * time.Minute)}, []string{"r3", "r2"}},
 				{"other tenant", billing.RequestQuery{TenantID: "t2"}, []string{"x1"}},
+				{"cluster", billing.RequestQuery{ClusterID: "c1", Model: "B"}, []string{"r5b", "r5a", "r2"}},
+				{"other cluster", billing.RequestQuery{ClusterID: "c2"}, []string{}},
 			} {
 				q := tt.q
 				if q.TenantID == "" {

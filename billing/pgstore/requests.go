@@ -37,6 +37,9 @@ func (s *Store) Requests(ctx context.Context, q billing.RequestQuery) (billing.R
 	if q.Status != "" {
 		add("status = $%d", q.Status)
 	}
+	if q.ClusterID != "" {
+		add("cluster_id = $%d", q.ClusterID)
+	}
 	if q.Cursor != "" {
 		t, id, _ := billing.DecodeCursor(q.Cursor) // checked by Validate
 		add("(started_at, request_id) < ($%d, $%d)", t, id)

@@ -25,6 +25,9 @@ func (s *Store) Requests(ctx context.Context, q billing.RequestQuery) (billing.R
 	if q.Status != "" {
 		where, args = append(where, "status = ?"), append(args, q.Status)
 	}
+	if q.ClusterID != "" {
+		where, args = append(where, "cluster_id = ?"), append(args, q.ClusterID)
+	}
 	if q.Cursor != "" {
 		t, id, _ := billing.DecodeCursor(q.Cursor) // checked by Validate
 		where = append(where, "(started_ms < ? OR (started_ms = ? AND request_id < ?))")

@@ -434,6 +434,15 @@ func (f *Fleet) Release(now time.Time, l *Lease, o routing.Outcome) bool {
 	return true
 }
 
+// SeedServed sets how many requests m has served, as a replay copies a
+// live instance's count so that an instance the live router has already
+// explored is not explored again (see Snapshot.Exploring).
+func (f *Fleet) SeedServed(m *Member, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m.served = max(n, 0)
+}
+
 // InFlight returns the number of unreleased leases on m.
 func (f *Fleet) InFlight(m *Member) int {
 	f.mu.Lock()

@@ -137,3 +137,16 @@ func TestRetune(t *testing.T) {
 		t.Errorf("snapshot TPOT = %v, want 0.02", got)
 	}
 }
+
+func TestSeedServedEndsExploration(t *testing.T) {
+	f := New(Config{ExploreRequests: 3}, []routing.Instance{{ID: "a"}, {ID: "b"}})
+	f.SeedServed(f.Lookup("a"), 3)
+	f.SeedServed(f.Lookup("b"), -4)
+	snaps := f.Snapshot(t0, nil)
+	if snaps[0].Exploring || snaps[0].Served != 3 {
+		t.Errorf("seeded with 3: exploring %v served %d", snaps[0].Exploring, snaps[0].Served)
+	}
+	if !snaps[1].Exploring || snaps[1].Served != 0 {
+		t.Errorf("seeded with -4: exploring %v served %d", snaps[1].Exploring, snaps[1].Served)
+	}
+}

@@ -56,6 +56,14 @@ func NewCoreRouter(cfg schedule.Config, deps schedule.Deps, w *World, arm Arm) (
 	return r, nil
 }
 
+// SeedServed copies a live instance's served count into the replay's
+// fleet (unknown ids are ignored), so it explores like the live router.
+func (r *CoreRouter) SeedServed(id string, n int) {
+	if i, ok := r.index[id]; ok {
+		r.core.Fleet().SeedServed(r.members[i], n)
+	}
+}
+
 // BatchLimit is the Core's batch-formation rule.
 func (r *CoreRouter) BatchLimit(now time.Time) int { return r.core.BatchLimit(now) }
 

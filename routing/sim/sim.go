@@ -198,12 +198,19 @@ func request(id string, it *workload.Item, w routing.Weights, maxTokens int, at 
 	return routing.Request{
 		ID:           id,
 		Prompt:       it.Prompt,
-		PromptTokens: vllmemu.EstimateChatTokens([]string{it.Prompt}),
+		PromptTokens: promptTokens(it),
 		MaxTokens:    maxTokens,
 		Model:        "auto",
 		Weights:      w,
 		Arrival:      at,
 	}
+}
+
+func promptTokens(it *workload.Item) int {
+	if it.PromptTokens > 0 {
+		return it.PromptTokens
+	}
+	return vllmemu.EstimateChatTokens([]string{it.Prompt})
 }
 
 // Run simulates one cell: cfg.N requests sampled from items arrive at
@@ -370,7 +377,8 @@ func (l *loop) admit(now time.Time, js []*Job) {
 			l.err = fmt.Errorf("router admitted job %d on instance %d of %d", j.Index, i, len(l.engines))
 			return
 		}
-		tk, err := l.engines[i].Submit(now, vllmemu.Request{ID: j.Req.ID, Prompt: j.Item.Prompt, Task: j.Item.Task, PromptTokens: j.Req.PromptTokens, MaxTokens: j.Req.MaxTokens})
+		tk, err := l.engines[i].Submit(now, vllmemu.Request{ID: j.Req.ID, Prompt: j.Item.Prompt, Task: j.Item.Task, PromptTokens: j.Req.PromptTokens,
+			MaxTokens: j.Req.MaxTokens, OutputTokens: j.Item.OutputFor(l.w.Cluster.Instances[i].Model)})
 		if err != nil {
 			// The instance refused it (prompt too long): the proxy sees
 			// a 400 and releases the slot.

@@ -118,6 +118,16 @@ type WhatIfConfig struct {
 	Timeout time.Duration
 	// Seed fixes the prompt sample and arrivals (default 1).
 	Seed uint64
+	// Served is the live per-instance state the replay starts from: how
+	// many requests the live router has seen each instance (by id) serve,
+	// so instances it has explored are not explored again; absent ids
+	// start as new instances.
+	Served map[string]int
+	// NoExplore starts every instance as explored: exploration (a few
+	// requests to each new instance before its latency model is trusted)
+	// is the live router's start-up transient, and an unexplored tier's
+	// latency is only its prior, so a replay of steady traffic skips it.
+	NoExplore bool
 }
 
 // DefaultWhatIfConfig returns 300 requests at half the world's capacity
@@ -215,6 +225,14 @@ func WhatIf(ctx context.Context, cfg WhatIfConfig, deps WhatIfDeps, w *World, it
 		return Cell{}, err
 	}
 	defer r.Close()
+	explored := deps.Schedule.WithDefaults().Fleet.ExploreRequests
+	for _, in := range w.Cluster.Instances {
+		n := cfg.Served[in.ID]
+		if cfg.NoExplore {
+			n = max(n, explored)
+		}
+		r.SeedServed(in.ID, n)
+	}
 	rate := cfg.Rate
 	if rate == 0 {
 		rate = cfg.Load * WorldCapacity(w)

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -95,5 +96,44 @@ func BenchmarkWhatIf(b *testing.B) {
 		if _, err := WhatIf(context.Background(), cfg, WhatIfDeps{}, w, items, routing.PolicyConfig{Name: "routebalance"}, routing.Weights{Quality: 0.6, Latency: 0.2, Cost: 0.2}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestWhatIfRecordedLengths: a replay of recorded traffic keeps each
+// item's recorded prompt and output token counts (whoever serves it), at
+// the given rate; longer recorded outputs take longer.
+func TestWhatIfRecordedLengths(t *testing.T) {
+	w, _ := whatIfWorld(t)
+	cfg := DefaultWhatIfConfig()
+	cfg.Timeout = 1 << 40
+	cfg.Rate, cfg.NoExplore = 2, true
+	pol := routing.PolicyConfig{Name: "routebalance"}
+	wt := routing.Weights{Quality: 1.0 / 3, Latency: 1.0 / 3, Cost: 1.0 / 3}
+	recorded := func(out int) []workload.Item {
+		items := make([]workload.Item, 60)
+		for i := range items {
+			items[i] = workload.Item{ID: fmt.Sprint(i), Prompt: fmt.Sprintf("recorded request %d", i), PromptTokens: 300,
+				OutputTokens: map[string]int{workload.AnyModel: out}}
+		}
+		return items
+	}
+	short, err := WhatIf(context.Background(), cfg, WhatIfDeps{}, w, recorded(20), pol, wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := WhatIf(context.Background(), cfg, WhatIfDeps{}, w, recorded(200), pol, wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.Rate != 2 || short.N != 60 || short.Completed != 60 {
+		t.Errorf("rate/n/completed = %v/%d/%d, want 2/60/60", short.Rate, short.N, short.Completed)
+	}
+	// 10× the decode tokens: at light load E2E grows several fold.
+	if !(long.MeanE2E > 4*short.MeanE2E) {
+		t.Errorf("mean E2E with 200 recorded output tokens %.3fs, with 20 %.3fs: recorded lengths not used", long.MeanE2E, short.MeanE2E)
+	}
+	it := workload.Item{OutputTokens: map[string]int{"m": 5, workload.AnyModel: 9}}
+	if it.OutputFor("m") != 5 || it.OutputFor("other") != 9 || (&workload.Item{}).OutputFor("m") != 0 {
+		t.Error("OutputFor")
 	}
 }

@@ -259,6 +259,15 @@ test('issue 15 pages in headless Chromium', { skip: missing && !CI ? missing : f
   assert.ok(curl.includes(`${k.prefix}…`), `key prefix filled in: ${curl.slice(0, 200)}`);
   layout.push(...await shoot(page, 'pages-docs'));
 
+  // ---- item 1: the what-if preview replays the observed traffic and shows it
+  await page.locator('#nav a[href="/routing"]').click();
+  await page.locator('#whatif-result[data-source="observed"]').waitFor({ timeout: 20_000 });
+  const wtext = await page.locator('#whatif-result').textContent();
+  assert.match(wtext, /last 55 requests/, wtext);
+  assert.match(wtext, /observed [\d.]+ req\/s/, wtext);
+  assert.match(wtext, /observed [\d.]+ (ms|s)/, 'observed latency next to the prediction');
+  layout.push(...await shoot(page, 'pages-whatif'));
+
   for (const p of ['cluster', 'routing', 'keys', 'requests']) {
     await page.locator(`#nav a[href="/${p}"]`).click();
     await page.waitForTimeout(800);

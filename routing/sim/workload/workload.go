@@ -25,6 +25,23 @@ type Item struct {
 	Task         string             `json:"task,omitempty"`
 	Scores       map[string]float64 `json:"scores,omitempty"`
 	OutputTokens map[string]int     `json:"output_tokens,omitempty"`
+	// PromptTokens, when > 0, is the prompt's size instead of the
+	// estimate from Prompt (replays of recorded traffic, whose prompts are
+	// not stored).
+	PromptTokens int `json:"prompt_tokens,omitempty"`
+}
+
+// AnyModel is the OutputTokens key that applies to every model without
+// an entry of its own (a recorded request's length, whoever serves it).
+const AnyModel = "*"
+
+// OutputFor is the recorded output length of the item on model (0: none,
+// the world model decides).
+func (it *Item) OutputFor(model string) int {
+	if n, ok := it.OutputTokens[model]; ok {
+		return n
+	}
+	return it.OutputTokens[AnyModel]
 }
 
 // Quality returns the label of model for the item, and whether it has one.

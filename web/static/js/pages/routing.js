@@ -4,7 +4,7 @@
 // monthly budget. Saved with PATCH /api/v1/settings (only the changed fields) and
 // PATCH /api/v1/clusters/{id}; the next request uses them.
 
-import { h, replace, field, toast, fmtNum, fmtMs, fmtUSD, fmtInt } from '../dom.js';
+import { h, replace, field, toast, fmtNum, fmtMs, fmtUSD, fmtInt, fmtQ } from '../dom.js';
 import { trianglePicker, display } from '../triangle.js';
 import { loadClusters } from '../data.js';
 
@@ -176,16 +176,23 @@ export function render(ctx) {
       const good = better === 'up' ? d > 0 : d < 0;
       return h('span', { class: good ? 'delta good' : 'delta bad' }, `${d > 0 ? '+' : '−'}${fmt(Math.abs(d))} vs saved`);
     };
-    const src = r.source === 'recent'
-      ? `${fmtInt(r.requests)} recent requests of this tenant`
-      : `a sample workload of ${fmtInt(r.requests)} requests (no recent traffic)`;
-    return h('div', {},
-      h('p', { class: 'muted small' }, `For ${fmtWeights(w)}: replaying ${src} through the simulator against the cluster’s current state.`),
+    const obs = r.observed || null;
+    const src = r.source === 'observed' && obs
+      ? `this cluster’s last ${fmtInt(obs.requests)} requests (${fmtWindow(obs.window_from, obs.window_to)}) as recorded, at their observed ${fmtNum(obs.rate_rps, 2)} req/s`
+      : r.source === 'recent'
+        ? `${fmtInt(r.requests)} recent requests of this tenant at ${fmtNum(r.rate_rps, 2)} req/s (half the cluster’s estimated capacity)`
+        : `a sample workload of ${fmtInt(r.requests)} requests at ${fmtNum(r.rate_rps, 2)} req/s (no recent traffic: half the cluster’s estimated capacity)`;
+    const stat = (label, v, fmt, k, better, observed) => h('div', { class: 'stat' },
+      h('div', { class: 'stat-label' }, label), h('div', { class: 'stat-value' }, fmt(v)), delta(k, fmt, better),
+      observed !== undefined && observed !== null ? h('div', { class: 'stat-sub observed' }, `observed ${fmt(observed)}`) : null);
+    return h('div', { id: 'whatif-result', dataset: { source: r.source || '' } },
+      h('p', { class: 'muted small' }, `For ${fmtWeights(w)}: replaying ${src} through the simulator on engines derived from the router’s live latency models.`),
       h('div', { class: 'stats stats-small' },
-        h('div', { class: 'stat' }, h('div', { class: 'stat-label' }, 'Mean quality'), h('div', { class: 'stat-value' }, fmtNum(p.mean_quality, 3)), delta('mean_quality', (v) => fmtNum(v, 3), 'up')),
-        h('div', { class: 'stat' }, h('div', { class: 'stat-label' }, 'Mean E2E latency'), h('div', { class: 'stat-value' }, fmtMs(p.mean_e2e_ms)), delta('mean_e2e_ms', fmtMs, 'down')),
-        h('div', { class: 'stat' }, h('div', { class: 'stat-label' }, 'p95 E2E latency'), h('div', { class: 'stat-value' }, fmtMs(p.p95_e2e_ms)), delta('p95_e2e_ms', fmtMs, 'down')),
-        h('div', { class: 'stat' }, h('div', { class: 'stat-label' }, 'Mean cost / request'), h('div', { class: 'stat-value' }, fmtUSD(p.mean_cost_usd)), delta('mean_cost_usd', fmtUSD, 'down'))));
+        stat('Mean quality', p.mean_quality, fmtQ, 'mean_quality', 'up', obs ? obs.mean_predicted_quality : undefined),
+        stat('Mean E2E latency', p.mean_e2e_ms, fmtMs, 'mean_e2e_ms', 'down', obs ? obs.mean_e2e_ms : undefined),
+        stat('p95 E2E latency', p.p95_e2e_ms, fmtMs, 'p95_e2e_ms', 'down', obs ? obs.p95_e2e_ms : undefined),
+        stat('Mean cost / request', p.mean_cost_usd, fmtUSD, 'mean_cost_usd', 'down', obs ? obs.mean_cost_usd : undefined)),
+      obs ? h('p', { class: 'muted small' }, 'Observed: what those requests got (quality is what the router predicted when it routed them). With the weights they were routed with, the prediction should match it.') : null);
   }
 
   // ---- policy ------------------------------------------------------------
@@ -279,6 +286,15 @@ export function render(ctx) {
     });
     return h('div', { class: 'panel' }, h('h2', {}, 'SLOs and monthly budget'), form);
   }
+}
+
+/** fmtWindow formats the replayed window: "10:02–10:14" or "Nov 30 10:02 – Dec 1 09:14". */
+function fmtWindow(from, to) {
+  const a = new Date(from); const b = new Date(to);
+  if (Number.isNaN(a.getTime()) || Number.isNaN(b.getTime())) return 'recent';
+  const t = (d) => d.toLocaleTimeString('en-US', { hour: '2-digit', minute: '2-digit', hour12: false });
+  const d = (x) => x.toLocaleDateString('en-US', { month: 'short', day: 'numeric' });
+  return a.toDateString() === b.toDateString() ? `${d(a)} ${t(a)}–${t(b)}` : `${d(a)} ${t(a)} – ${d(b)} ${t(b)}`;
 }
 
 /** changedSLO keeps only the SLO fields that differ from the saved ones. */
