@@ -199,6 +199,11 @@ test('issue 15 pages in headless Chromium', { skip: missing && !CI ? missing : f
   await drawer.waitFor();
   const dtext = await drawer.textContent();
   for (const want of ['Routing decision', 'Predicted quality', 'Predicted E2E', 'Relaxed filters', 'Attempts', small.model]) assert.ok(dtext.includes(want), `drawer shows ${want}: ${dtext}`);
+  // The decision was recorded at metering time: the key's custom weights, a predicted E2E.
+  assert.ok(!dtext.includes('Not recorded'), `weights recorded: ${dtext}`);
+  assert.match(dtext, /Presetcustom/, 'the key\'s custom preset');
+  assert.ok(await drawer.locator('.wbars').count(), 'weight bars');
+  assert.match(dtext, /Predicted E2E[\d.]+ (ms|s)/, 'a predicted E2E');
   layout.push(...await shoot(page, 'pages-request-drawer'));
   await page.keyboard.press('Escape');
   await waitFor('drawer closed', async () => (await page.locator('dialog.drawer').count()) === 0);

@@ -168,7 +168,7 @@ export function render(ctx) {
         ['Weights', weightBars],
         ['Predicted quality', r.predicted_quality > 0 ? fmtQ(r.predicted_quality) : '—'],
         ['Predicted E2E', r.predicted_e2e_ms > 0 ? h('span', {}, fmtMs(r.predicted_e2e_ms),
-          e2eDelta !== null ? h('span', { class: Math.abs(e2eDelta) <= 0.3 ? 'delta good' : 'delta bad' }, ` observed ${e2eDelta >= 0 ? '+' : '−'}${Math.abs(e2eDelta * 100).toFixed(1)} %`) : null) : '—'],
+          e2eDelta !== null ? h('span', { class: Math.abs(e2eDelta) <= 0.3 ? 'delta good' : 'delta bad' }, ` — observed ${e2eDelta >= 0 ? '+' : '−'}${Math.abs(e2eDelta * 100).toFixed(1)} % vs predicted`) : null) : '—'],
         ['Relaxed filters', relaxed],
         ['Attempts', r.attempts > 1 ? `${r.attempts} (failed over after a refused connection)` : String(r.attempts || 1)],
       ])));
