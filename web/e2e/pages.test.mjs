@@ -257,6 +257,8 @@ test('issue 15 pages in headless Chromium', { skip: missing && !CI ? missing : f
 
   // ---- item 8: docs: Node/TypeScript snippet with the key prefix --------------
   await page.locator('#nav a[href="/docs"]').click();
+  // The key list loads after the page: wait for the prefix to be filled in.
+  await untilText(page, '.snippet[data-lang="sh"]', new RegExp(esc(`${k.prefix}…`)));
   const node = await page.locator('.snippet[data-lang="ts"]').textContent();
   assert.match(node, /import OpenAI from "openai"/);
   assert.match(node, new RegExp(esc(base)));
