@@ -184,10 +184,13 @@ test('issue 15 pages in headless Chromium', { skip: missing && !CI ? missing : f
     await r.text();
   }
 
+  // The meter writes the ledger in batches: wait until it holds all 55.
+  await waitFor('the ledger holds the 55 requests', async () => (await api(page, base, '/usage')).total.requests === 55, { timeoutMs: 30_000 });
+
   // ---- item 2: request log page -------------------------------------------
   await page.locator('#nav a[href="/requests"]').click();
   await untilText(page, '#requests-table tbody', new RegExp(esc(small.model)));
-  assert.equal(await page.locator('#requests-table tbody tr').count(), 50, 'first page of 50');
+  await waitFor('first page of 50', async () => (await page.locator('#requests-table tbody tr').count()) === 50);
   await page.getByRole('button', { name: 'Load more' }).click();
   await waitFor('55 rows', async () => (await page.locator('#requests-table tbody tr').count()) === 55);
   assert.equal(await page.getByRole('button', { name: 'Load more' }).isVisible(), false, 'no more pages');
