@@ -102,9 +102,19 @@ func ParseWeights(s string) (Weights, error) {
 	return w, w.Validate()
 }
 
-// String formats w the way ParseWeights reads it.
+// String formats w the way ParseWeights reads it: four significant
+// digits, more when the rounded weights would no longer sum to 1 (1/3
+// each prints as 0.3333333), so valid weights always parse back.
 func (w Weights) String() string {
-	return fmt.Sprintf("quality=%.4g,cost=%.4g,latency=%.4g", w.Quality, w.Cost, w.Latency)
+	for prec := 4; ; prec++ {
+		s := fmt.Sprintf("quality=%.*g,cost=%.*g,latency=%.*g", prec, w.Quality, prec, w.Cost, prec, w.Latency)
+		if prec >= 17 || w.Validate() != nil {
+			return s
+		}
+		if _, err := ParseWeights(s); err == nil {
+			return s
+		}
+	}
 }
 
 // FieldError is a validation error about one input field. The api package

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -44,6 +45,10 @@ func ParseMetrics(r io.Reader) (Scrape, error) {
 	}
 	var s Scrape
 	found := false
+	// The page is the upstream's (tenant-controlled): a value that is not
+	// a finite count >= 0 makes the scrape fail rather than reach the
+	// scheduler as NaN or a negative load.
+	var bad error
 	sum := func(name string) (float64, bool) {
 		f, ok := fams[name]
 		if !ok {
@@ -51,7 +56,11 @@ func ParseMetrics(r io.Reader) (Scrape, error) {
 		}
 		v := 0.0
 		for _, m := range f.GetMetric() {
-			v += value(m)
+			x := value(m)
+			if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+				bad = fmt.Errorf("parse /metrics: %s = %v, want a finite value >= 0", name, x)
+			}
+			v += x
 		}
 		return v, true
 	}
@@ -69,6 +78,15 @@ func ParseMetrics(r io.Reader) (Scrape, error) {
 		// KV use is a fraction per engine: average, not sum.
 		v, _ := sum(kvName)
 		s.KVUsage, found = v/float64(len(f.GetMetric())), true
+		if bad == nil && s.KVUsage > 1 {
+			bad = fmt.Errorf("parse /metrics: %s averages %v, want a fraction in [0, 1]", kvName, s.KVUsage)
+		}
+	}
+	if bad != nil {
+		return Scrape{}, bad
+	}
+	if math.IsInf(s.Running, 0) || math.IsInf(s.Waiting, 0) {
+		return Scrape{}, errors.New("parse /metrics: request counts overflow")
 	}
 	if !found {
 		return Scrape{}, ErrNoVLLMMetrics
