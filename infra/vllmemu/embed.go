@@ -227,13 +227,8 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		reqs[i] = Request{Prompt: t, PromptTokens: counts[i], MaxTokens: 1, IgnoreEOS: true}
 		total += counts[i]
 	}
-	sub, err := s.submit("embd-", reqs)
-	if errors.Is(err, errDead) {
-		dropConnection(w)
-		return
-	}
-	if err != nil {
-		s.fail(w, &badRequest{"input", err.Error()})
+	sub := s.submitOr(w, "embd-", reqs, "input")
+	if sub == nil {
 		return
 	}
 	if _, ok := s.await(r.Context(), sub, func([]int) error { return nil }); !ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -203,7 +204,11 @@ func (e *badRequest) Error() string { return e.msg }
 
 // messageText reads a chat message's content: a string, or an array of
 // parts of which the "text" parts count.
-func messageText(raw json.RawMessage) (string, error) {
+func messageText(raw json.RawMessage) (string, error) { return partsText(raw, "text") }
+
+// partsText reads a message content: null, a string, or an array of parts
+// whose text counts when their type is one of types.
+func partsText(raw json.RawMessage, types ...string) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
 	}
@@ -220,7 +225,7 @@ func messageText(raw json.RawMessage) (string, error) {
 	}
 	var b strings.Builder
 	for _, p := range parts {
-		if p.Type == "text" {
+		if slices.Contains(types, p.Type) {
 			b.WriteString(p.Text)
 		}
 	}

@@ -46,12 +46,19 @@ type responder struct {
 	err          error
 }
 
-func (o *responder) startStream() {
-	h := o.w.Header()
+// startSSE sends the headers of a server-sent-events answer and returns
+// the writer's flusher (nil when it has none).
+func startSSE(w http.ResponseWriter) http.Flusher {
+	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
-	o.w.WriteHeader(http.StatusOK)
-	o.flusher, _ = o.w.(http.Flusher)
+	w.WriteHeader(http.StatusOK)
+	f, _ := w.(http.Flusher)
+	return f
+}
+
+func (o *responder) startStream() {
+	o.flusher = startSSE(o.w)
 	if o.j.chat {
 		// vLLM opens a chat stream with the assistant role and empty
 		// content, once per choice.

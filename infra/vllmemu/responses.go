@@ -65,25 +65,7 @@ func responseInput(raw json.RawMessage) ([]string, error) {
 // responseContent reads a message's content: a string or parts of type
 // input_text / output_text / text.
 func responseContent(raw json.RawMessage) (string, error) {
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("content must be a string or an array of content parts")
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		switch p.Type {
-		case "input_text", "output_text", "text":
-			b.WriteString(p.Text)
-		}
-	}
-	return b.String(), nil
+	return partsText(raw, "input_text", "output_text", "text")
 }
 
 // The response objects (the fields clients read; values follow OpenAI's).
@@ -174,13 +156,8 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if !s.admit(w, r, req.Model) {
 		return
 	}
-	sub, err := s.submit("resp_", []Request{{Prompt: prompt, Task: s.taskOf(prompt), PromptTokens: promptTokens, MaxTokens: mt}})
-	if errors.Is(err, errDead) {
-		dropConnection(w)
-		return
-	}
-	if err != nil {
-		s.fail(w, &badRequest{"input", err.Error()})
+	sub := s.submitOr(w, "resp_", []Request{{Prompt: prompt, Task: s.taskOf(prompt), PromptTokens: promptTokens, MaxTokens: mt}}, "input")
+	if sub == nil {
 		return
 	}
 	tk := sub.tickets[0]
@@ -247,11 +224,7 @@ func (o *respStream) flush() {
 }
 
 func (o *respStream) start() {
-	h := o.w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	o.w.WriteHeader(http.StatusOK)
-	o.flusher, _ = o.w.(http.Flusher)
+	o.flusher = startSSE(o.w)
 	o.event("response.created", map[string]any{"response": o.obj})
 	o.event("response.in_progress", map[string]any{"response": o.obj})
 	o.event("response.output_item.added", map[string]any{"output_index": 0,

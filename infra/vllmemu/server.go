@@ -498,8 +498,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 // served model, the injected error rate and stall. false means the
 // request was answered (or dropped) here.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, model string) bool {
-	if model != "" && model != s.model {
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("The model `%s` does not exist.", model)) // vLLM sends param null here
+	if !s.servesModel(w, model) {
 		return false
 	}
 	s.mu.Lock()
@@ -514,6 +513,32 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, model string) boo
 		return false
 	}
 	return true
+}
+
+// servesModel answers 404 (vLLM's body, param null) unless model is empty
+// or the instance's model.
+func (s *Server) servesModel(w http.ResponseWriter, model string) bool {
+	if model != "" && model != s.model {
+		writeError(w, http.StatusNotFound, "", fmt.Sprintf("The model `%s` does not exist.", model))
+		return false
+	}
+	return true
+}
+
+// submitOr submits reqs like submit; when that fails it answers the
+// client itself (a dead instance drops the connection, anything else is
+// a 400 about param) and returns nil.
+func (s *Server) submitOr(w http.ResponseWriter, prefix string, reqs []Request, param string) *submitted {
+	sub, err := s.submit(prefix, reqs)
+	switch {
+	case errors.Is(err, errDead):
+		dropConnection(w)
+		return nil
+	case err != nil:
+		s.fail(w, &badRequest{param, err.Error()})
+		return nil
+	}
+	return sub
 }
 
 func (s *Server) taskOf(prompt string) string {

@@ -103,8 +103,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	if req.Model != "" && req.Model != s.model {
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+	if !s.servesModel(w, req.Model) {
 		return
 	}
 	var ids []int64
@@ -139,8 +138,7 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	if req.Model != "" && req.Model != s.model {
-		writeError(w, http.StatusNotFound, "", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+	if !s.servesModel(w, req.Model) {
 		return
 	}
 	text, err := s.vocab.Detokenize(req.Tokens)
