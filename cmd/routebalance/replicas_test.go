@@ -18,17 +18,20 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/routebalance/routebalance/internal/redistest"
+	"github.com/routebalance/routebalance/internal/testenv"
+	"github.com/routebalance/routebalance/migrations/dbtest"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 )
 
-// postgresURL returns DATABASE_URL with a fresh schema as search_path
-// (dropped at cleanup), for serve processes that share one database. It
-// skips without DATABASE_URL, like migrations/dbtest.
+// postgresURL returns DATABASE_URL (or dbtest.DefaultDatabaseURL) with a
+// fresh schema as search_path (dropped at cleanup), for serve processes
+// that share one database. Without a server it skips, or fails under CI,
+// like migrations/dbtest.
 func postgresURL(t *testing.T) string {
 	t.Helper()
 	base := os.Getenv("DATABASE_URL")
 	if base == "" {
-		t.Skip("DATABASE_URL is not set: replicas need a shared Postgres (scripts/test.sh sets it)")
+		base = dbtest.DefaultDatabaseURL
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -37,7 +40,7 @@ func postgresURL(t *testing.T) string {
 	schema := "rbtest_" + hex.EncodeToString(b[:])
 	c, err := pgx.Connect(ctx, base)
 	if err != nil {
-		t.Fatalf("connect to DATABASE_URL: %v", err)
+		testenv.Need(t, "postgres", "no server answers (set DATABASE_URL or start one at 127.0.0.1:5432): "+testenv.Cause(err))
 	}
 	defer c.Close(ctx)
 	if _, err := c.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
