@@ -140,9 +140,9 @@ func TestUsageEndpoint(t *testing.T) {
 	for i, model := range []string{"a", "a", "b"} {
 		at := base.Add(time.Duration(i) * 40 * time.Minute)
 		evs = append(evs, billing.UsageEvent{RequestID: fmt.Sprint("u", i), TenantID: "t1", Model: model, InstanceID: "i1",
-			PromptTokens: 10, OutputTokens: 10, CostUSD: 0.5, BilledUSD: 1, E2E: 100 * time.Millisecond, StartedAt: at, FinishedAt: at})
+			PromptTokens: 10, OutputTokens: 10, Cost: billing.NanoPerUSD / 2, Billed: billing.NanoPerUSD, E2E: 100 * time.Millisecond, StartedAt: at, FinishedAt: at})
 	}
-	evs = append(evs, billing.UsageEvent{RequestID: "other", TenantID: "t2", Model: "a", BilledUSD: 50, StartedAt: base, FinishedAt: base})
+	evs = append(evs, billing.UsageEvent{RequestID: "other", TenantID: "t2", Model: "a", Billed: 50 * billing.NanoPerUSD, StartedAt: base, FinishedAt: base})
 	if _, err := store.Insert(context.Background(), evs); err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func TestRequestLogAPI(t *testing.T) {
 			at := base.Add(time.Duration(i) * time.Minute)
 			evs = append(evs, billing.UsageEvent{
 				RequestID: "req-" + string(rune('a'+i)), TenantID: tidA, KeyID: kid, Model: model, InstanceID: "inst-" + model,
-				Policy: "routebalance", PromptTokens: 10 + i, OutputTokens: 20, CostUSD: 0.001, BilledUSD: 0.002,
+				Policy: "routebalance", PromptTokens: 10 + i, OutputTokens: 20, Cost: 1_000_000, Billed: 2_000_000,
 				PredictedQuality: 0.6, TTFT: 50 * time.Millisecond, E2E: 400 * time.Millisecond, Status: status, HTTPStatus: 200,
 				StartedAt: at, FinishedAt: at.Add(400 * time.Millisecond), PredictedE2E: 380 * time.Millisecond,
 				Preset: "balanced", Weights: billing.Weights{Quality: 1.0 / 3, Cost: 1.0 / 3, Latency: 1.0 / 3},

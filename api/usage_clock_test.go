@@ -18,7 +18,7 @@ func TestUsageDefaultRangeFollowsTheClock(t *testing.T) {
 		t.Run(now.Format(time.DateOnly), func(t *testing.T) {
 			store := billingSQLite(t)
 			ev := func(id string, at time.Time) billing.UsageEvent {
-				return billing.UsageEvent{RequestID: id, TenantID: "t1", Model: "m", BilledUSD: 1, StartedAt: at, FinishedAt: at}
+				return billing.UsageEvent{RequestID: id, TenantID: "t1", Model: "m", Billed: billing.NanoPerUSD, StartedAt: at, FinishedAt: at}
 			}
 			evs := []billing.UsageEvent{
 				ev("last-month", now.AddDate(0, -1, 0)),

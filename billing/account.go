@@ -50,8 +50,9 @@ type OutboxItem struct {
 	Identifier string
 	Requests   int64
 	Tokens     int64
-	BilledUSD  float64
-	// Value is BilledUSD in the operator's meter unit (rounded).
+	// Billed is the group's billed amount in nano-USD.
+	Billed Nano
+	// Value is Billed in the operator's meter unit (rounded half up).
 	Value    int64
 	Attempts int
 }
@@ -93,8 +94,10 @@ type Overview struct {
 	PeriodEnd   time.Time `json:"period_end"`
 	// Usage is the ledger's total for the period.
 	Usage UsageRow `json:"usage"`
-	// SpendUSD is the billed spend the budget check sees (includes events
-	// not yet written to the ledger).
+	// Spend is the billed spend the budget check sees (includes events
+	// not yet written to the ledger), in nano-USD; SpendUSD the same in
+	// dollars.
+	Spend    Nano    `json:"spend_nano_usd"`
 	SpendUSD float64 `json:"spend_usd"`
 	// MeterEventsSent and MeterEventsPending count the tenant's hourly
 	// meter events reported to Stripe and waiting in the outbox.

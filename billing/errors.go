@@ -36,16 +36,31 @@ type BudgetError struct {
 	// Scope is ScopeTenant or ScopeKey.
 	Scope string
 	// ID is the tenant id or the key id.
-	ID       string
+	ID string
+	// Limit is the budget and Spent the month's billed spend.
+	Limit, Spent Nano
+	// LimitUSD and SpentUSD are Limit and Spent in dollars, for messages
+	// (set by the Guard; Error uses them when Limit is 0).
 	LimitUSD float64
 	SpentUSD float64
 	// Period is the start of the month the spend belongs to.
 	Period time.Time
 }
 
+// NewBudgetError returns the BudgetError of a scope whose spend reached
+// its limit in the month starting at period, with the dollar fields set.
+func NewBudgetError(scope, id string, limit, spent Nano, period time.Time) *BudgetError {
+	return &BudgetError{Scope: scope, ID: id, Limit: limit, Spent: spent,
+		LimitUSD: limit.USD(), SpentUSD: spent.USD(), Period: period}
+}
+
 func (e *BudgetError) Error() string {
+	limit, spent := e.LimitUSD, e.SpentUSD
+	if e.Limit != 0 {
+		limit, spent = e.Limit.USD(), e.Spent.USD()
+	}
 	return fmt.Sprintf("%s monthly budget of %s reached (%s spent since %s)",
-		e.Scope, FormatUSD(e.LimitUSD), FormatUSD(e.SpentUSD), e.Period.Format("2006-01-02"))
+		e.Scope, FormatUSD(limit), FormatUSD(spent), e.Period.Format("2006-01-02"))
 }
 
 // Unwrap returns ErrBudgetExceeded.

@@ -17,10 +17,20 @@ type UsageEvent struct {
 	Policy       string
 	PromptTokens int
 	OutputTokens int
-	// CostUSD is what the instance costs at its registered prices.
-	CostUSD float64
-	// BilledUSD is what the tenant is charged under its plan.
-	BilledUSD float64
+	// Cost is what the instance costs at its registered prices
+	// (TokenCost of the request's tokens), in nano-USD.
+	Cost Nano
+	// Billed is what the tenant is charged under its plan, in nano-USD;
+	// Meter.Record sets it with Pricing.Price unless the caller did.
+	Billed Nano
+	// CostUSD is the instance cost in dollars, from callers that price in
+	// floating point.
+	//
+	// Deprecated: set Cost (see TokenCost). When Cost is 0, Pricing.Price
+	// (called by Meter.Record) converts CostUSD into Cost — refusing NaN,
+	// ±Inf, negative and huge values — and clears it; the ledger never
+	// stores it.
+	CostUSD float64 `json:",omitempty"`
 	// PredictedQuality is the scheduler's Q̂ for the served model.
 	PredictedQuality float64
 	TTFT             time.Duration

@@ -26,18 +26,18 @@ type Guard struct {
 	overdue map[string]Account
 }
 
-// spend is billed USD per tenant and per key.
+// spend is billed nano-USD per tenant and per key.
 type spend struct {
-	tenant map[string]float64
-	key    map[string]float64
+	tenant map[string]Nano
+	key    map[string]Nano
 }
 
-func newSpend() spend { return spend{tenant: map[string]float64{}, key: map[string]float64{}} }
+func newSpend() spend { return spend{tenant: map[string]Nano{}, key: map[string]Nano{}} }
 
-func (s spend) add(tenantID, keyID string, usd float64) {
-	s.tenant[tenantID] += usd
+func (s spend) add(tenantID, keyID string, n Nano) {
+	s.tenant[tenantID] = s.tenant[tenantID].Add(n)
 	if keyID != "" {
-		s.key[keyID] += usd
+		s.key[keyID] = s.key[keyID].Add(n)
 	}
 }
 
@@ -61,10 +61,47 @@ func NewGuard(clock Clock, grace time.Duration) *Guard {
 type Limits struct {
 	TenantID string
 	KeyID    string
-	// TenantMonthlyUSD is tenants.Settings.SLO.MonthlyBudgetUSD of the tenant.
+	// TenantMonthly is the tenant's monthly budget
+	// (tenants.Settings.SLO.MonthlyBudgetUSD, see BudgetFromUSD).
+	TenantMonthly Nano
+	// KeyMonthly is the key's own monthly budget override.
+	KeyMonthly Nano
+	// TenantMonthlyUSD is the tenant's budget in dollars.
+	//
+	// Deprecated: set TenantMonthly; used (through BudgetFromUSD) only
+	// when TenantMonthly is 0.
 	TenantMonthlyUSD float64
-	// KeyMonthlyUSD is the key's own SLO.MonthlyBudgetUSD override.
+	// KeyMonthlyUSD is the key's budget in dollars.
+	//
+	// Deprecated: set KeyMonthly; used only when KeyMonthly is 0.
 	KeyMonthlyUSD float64
+}
+
+// BudgetFromUSD converts a configured budget in dollars (a JSON setting)
+// to Nano: 0, negative and NaN mean no budget; a budget beyond MaxUSD
+// (+Inf included) is MaxNano, which no spend reaches.
+func BudgetFromUSD(usd float64) Nano {
+	switch {
+	case !(usd > 0): // also NaN
+		return 0
+	case usd > MaxUSD:
+		return MaxNano
+	}
+	n, _ := NanoFromUSD(usd)
+	return n
+}
+
+// Budgets returns l's budgets in Nano, converting the deprecated fields
+// (0 = no budget).
+func (l Limits) Budgets() (tenant, key Nano) {
+	tenant, key = l.TenantMonthly, l.KeyMonthly
+	if tenant == 0 {
+		tenant = BudgetFromUSD(l.TenantMonthlyUSD)
+	}
+	if key == 0 {
+		key = BudgetFromUSD(l.KeyMonthlyUSD)
+	}
+	return tenant, key
 }
 
 // Check returns a *SuspendedError when the tenant's payment is overdue past
@@ -79,28 +116,29 @@ func (g *Guard) Check(l Limits) error {
 		return &SuspendedError{TenantID: l.TenantID, Status: a.SubscriptionStatus, Since: a.PastDueSince}
 	}
 	period := PeriodStart(now)
-	var tSpent, kSpent float64
+	var tSpent, kSpent Nano
 	if period.Equal(g.period) {
-		tSpent = g.ledger.tenant[l.TenantID] + g.pending.tenant[l.TenantID]
-		kSpent = g.ledger.key[l.KeyID] + g.pending.key[l.KeyID]
+		tSpent = g.ledger.tenant[l.TenantID].Add(g.pending.tenant[l.TenantID])
+		kSpent = g.ledger.key[l.KeyID].Add(g.pending.key[l.KeyID])
 	}
-	if l.KeyMonthlyUSD > 0 && l.KeyID != "" && kSpent >= l.KeyMonthlyUSD {
-		return &BudgetError{Scope: ScopeKey, ID: l.KeyID, LimitUSD: l.KeyMonthlyUSD, SpentUSD: kSpent, Period: period}
+	tBudget, kBudget := l.Budgets()
+	if kBudget > 0 && l.KeyID != "" && kSpent >= kBudget {
+		return NewBudgetError(ScopeKey, l.KeyID, kBudget, kSpent, period)
 	}
-	if l.TenantMonthlyUSD > 0 && tSpent >= l.TenantMonthlyUSD {
-		return &BudgetError{Scope: ScopeTenant, ID: l.TenantID, LimitUSD: l.TenantMonthlyUSD, SpentUSD: tSpent, Period: period}
+	if tBudget > 0 && tSpent >= tBudget {
+		return NewBudgetError(ScopeTenant, l.TenantID, tBudget, tSpent, period)
 	}
 	return nil
 }
 
 // Spent returns the tenant's billed spend in the current month.
-func (g *Guard) Spent(tenantID string) float64 {
+func (g *Guard) Spent(tenantID string) Nano {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	if !PeriodStart(g.clock.Now()).Equal(g.period) {
 		return 0
 	}
-	return g.ledger.tenant[tenantID] + g.pending.tenant[tenantID]
+	return g.ledger.tenant[tenantID].Add(g.pending.tenant[tenantID])
 }
 
 // inPeriodLocked reports whether a request that finished at t counts in
@@ -126,7 +164,7 @@ func (g *Guard) book(ev *UsageEvent) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.inPeriodLocked(ev.FinishedAt) {
-		g.pending.add(ev.TenantID, ev.KeyID, ev.BilledUSD)
+		g.pending.add(ev.TenantID, ev.KeyID, ev.Billed)
 	}
 }
 
@@ -140,10 +178,10 @@ func (g *Guard) settle(ev *UsageEvent, booked, stored bool) {
 		return
 	}
 	if booked {
-		g.pending.add(ev.TenantID, ev.KeyID, -ev.BilledUSD)
+		g.pending.add(ev.TenantID, ev.KeyID, -ev.Billed)
 	}
 	if stored {
-		g.ledger.add(ev.TenantID, ev.KeyID, ev.BilledUSD)
+		g.ledger.add(ev.TenantID, ev.KeyID, ev.Billed)
 	}
 }
 
@@ -152,7 +190,7 @@ func (g *Guard) settle(ev *UsageEvent, booked, stored bool) {
 type PeriodSpend struct {
 	TenantID string
 	KeyID    string
-	USD      float64
+	Billed   Nano
 }
 
 // load replaces the ledger part with the ledger's totals for period.
@@ -169,7 +207,7 @@ func (g *Guard) load(period time.Time, rows []PeriodSpend) {
 	}
 	g.ledger = newSpend()
 	for _, r := range rows {
-		g.ledger.add(r.TenantID, r.KeyID, r.USD)
+		g.ledger.add(r.TenantID, r.KeyID, r.Billed)
 	}
 }
 

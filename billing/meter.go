@@ -2,6 +2,7 @@ package billing
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -107,6 +108,9 @@ type MeterStats struct {
 	Spilled    int64 // events appended to the spill file
 	Replayed   int64 // events read back from spill files
 	Lost       int64 // events that could not even be spilled (disk error)
+	// Refused counts events whose cost or billed amount was refused
+	// (NaN, ±Inf, negative, overflowing) and metered as 0.
+	Refused int64
 }
 
 // Meter takes usage events from the inference path without blocking and
@@ -128,7 +132,7 @@ type Meter struct {
 	spillN   int // events in the active spill file
 	spillSeq int64
 
-	recorded, written, dups, spilled, replayed, lost atomic.Int64
+	recorded, written, dups, spilled, replayed, lost, refused atomic.Int64
 }
 
 // Spill file names in SpillDir. Events in active and replay files were
@@ -200,7 +204,12 @@ func (m *Meter) Record(ev UsageEvent) {
 	if ev.RequestID == "" {
 		ev.RequestID = randomID()
 	}
-	ev.BilledUSD = m.cfg.Pricing.Bill(&ev)
+	if err := m.cfg.Pricing.Price(&ev); err != nil {
+		m.refused.Add(1)
+		m.log.Error("billing: refusing a non-finite or out-of-range amount; metering it as 0",
+			slog.String("request_id", ev.RequestID), slog.String("tenant_id", ev.TenantID),
+			slog.String("instance_id", ev.InstanceID), slog.Any("err", err))
+	}
 	m.guard.book(&ev)
 	m.mu.RLock()
 	if !m.closed {
@@ -220,6 +229,7 @@ func (m *Meter) Stats() MeterStats {
 	return MeterStats{
 		Recorded: m.recorded.Load(), Written: m.written.Load(), Duplicates: m.dups.Load(),
 		Spilled: m.spilled.Load(), Replayed: m.replayed.Load(), Lost: m.lost.Load(),
+		Refused: m.refused.Load(),
 	}
 }
 
@@ -522,9 +532,9 @@ func (m *Meter) replayFile(ctx context.Context, path string, booked bool) error 
 		return nil
 	}
 	for sc.Scan() {
-		var ev UsageEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil || ev.RequestID == "" {
-			m.log.Warn("billing: skipping torn spill line", slog.String("path", path))
+		ev, err := decodeSpillLine(sc.Bytes())
+		if err != nil {
+			m.log.Warn("billing: skipping torn spill line", slog.String("path", path), slog.Any("err", err))
 			continue
 		}
 		batch = append(batch, ev)
@@ -587,6 +597,39 @@ func (m *Meter) shutdown(pending []UsageEvent) error {
 		}
 	}
 	return nil
+}
+
+// legacySpill holds the float money fields of spill lines written before
+// money became integers.
+type legacySpill struct {
+	CostUSD   float64
+	BilledUSD float64
+}
+
+// decodeSpillLine parses one spill line. Lines from before integer money
+// carry CostUSD/BilledUSD floats; they are converted (a bad amount becomes
+// 0 — a float JSON number is always finite, so only negative or huge ones).
+func decodeSpillLine(line []byte) (UsageEvent, error) {
+	var ev UsageEvent
+	if err := json.Unmarshal(line, &ev); err != nil {
+		return ev, fmt.Errorf("decode spill line: %w", err)
+	}
+	if ev.RequestID == "" {
+		return ev, errors.New("decode spill line: no request id")
+	}
+	if ev.CostUSD != 0 || bytes.Contains(line, []byte(`"BilledUSD"`)) {
+		var old legacySpill
+		_ = json.Unmarshal(line, &old) // the line parsed above
+		if ev.Cost == 0 {
+			ev.Cost, _ = NanoFromUSD(old.CostUSD)
+		}
+		if ev.Billed == 0 {
+			ev.Billed, _ = NanoFromUSD(old.BilledUSD)
+		}
+	}
+	ev.CostUSD = 0
+	ev.Cost, ev.Billed = max(ev.Cost, 0), max(ev.Billed, 0)
+	return ev, nil
 }
 
 func randomID() string {

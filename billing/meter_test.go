@@ -24,28 +24,28 @@ import (
 type engine struct {
 	name   string
 	ledger billing.Ledger
-	count  func(t *testing.T) (rows int, billed float64)
+	count  func(t *testing.T) (rows int, billed billing.Nano)
 }
 
 func pgEngine(t *testing.T, pool *pgxpool.Pool) engine {
-	return engine{"postgres", pgstore.New(pool), func(t *testing.T) (int, float64) {
+	return engine{"postgres", pgstore.New(pool), func(t *testing.T) (int, billing.Nano) {
 		var n int
-		var s float64
-		if err := pool.QueryRow(context.Background(), "SELECT count(*), coalesce(sum(billed_usd),0) FROM billing_usage").Scan(&n, &s); err != nil {
+		var s int64
+		if err := pool.QueryRow(context.Background(), "SELECT count(*), coalesce(sum(billed_nano),0) FROM billing_usage").Scan(&n, &s); err != nil {
 			t.Fatalf("count: %v", err)
 		}
-		return n, s
+		return n, billing.Nano(s)
 	}}
 }
 
 func sqliteEngine(t *testing.T, db *sql.DB) engine {
-	return engine{"sqlite", sqlitestore.New(db), func(t *testing.T) (int, float64) {
+	return engine{"sqlite", sqlitestore.New(db), func(t *testing.T) (int, billing.Nano) {
 		var n int
-		var s float64
-		if err := db.QueryRow("SELECT count(*), coalesce(sum(billed_usd),0) FROM billing_usage").Scan(&n, &s); err != nil {
+		var s int64
+		if err := db.QueryRow("SELECT count(*), coalesce(sum(billed_nano),0) FROM billing_usage").Scan(&n, &s); err != nil {
 			t.Fatalf("count: %v", err)
 		}
-		return n, s
+		return n, billing.Nano(s)
 	}}
 }
 
@@ -74,7 +74,7 @@ func event(now time.Time, i int, tenant string) billing.UsageEvent {
 	return billing.UsageEvent{
 		RequestID: fmt.Sprintf("req-%s-%06d", tenant, i), TenantID: tenant, KeyID: "key-" + tenant,
 		ClusterID: "c1", InstanceID: fmt.Sprintf("i%d", i%3), Model: "m", PromptTokens: 10, OutputTokens: 5,
-		CostUSD: 0.001, TTFT: 20 * time.Millisecond, E2E: 100 * time.Millisecond, Status: "ok",
+		Cost: 1_000_000, TTFT: 20 * time.Millisecond, E2E: 100 * time.Millisecond, Status: "ok",
 		HTTPStatus: 200, StartedAt: now.Add(-100 * time.Millisecond), FinishedAt: now,
 	}
 }
@@ -131,18 +131,18 @@ func TestMeterWritesOnceAndFlushesOnShutdown(t *testing.T) {
 				}
 				stop() // the shutdown flush writes whatever is still queued
 				rows, billed := e.count(t)
-				want := n * 0.002
+				want := billing.Nano(n * 2_000_000) // $0.002 each, exactly
 				if rows != n {
 					t.Errorf("rows = %d, want %d", rows, n)
 				}
-				if d := billed - want; d > 1e-9 || d < -1e-9 {
+				if billed != want {
 					t.Errorf("billed = %v, want %v", billed, want)
 				}
 				st := m.Stats()
 				if diff := cmp.Diff(billing.MeterStats{Recorded: n + 10, Written: n, Duplicates: 10}, st); diff != "" {
 					t.Errorf("stats (-want +got):\n%s", diff)
 				}
-				if got := guard.Spent("t1"); got-want > 1e-9 || want-got > 1e-9 {
+				if got := guard.Spent("t1"); got != want {
 					t.Errorf("guard spend = %v, want %v", got, want)
 				}
 			})
@@ -158,7 +158,7 @@ func TestMeterLoadsPeriodSpendAtStart(t *testing.T) {
 				old := event(now, 0, "t1")
 				old.FinishedAt = billing.PeriodStart(now).Add(-time.Hour) // last month
 				cur := event(now, 1, "t1")
-				cur.BilledUSD = 4
+				cur.Billed = 4 * billing.NanoPerUSD
 				if _, err := e.ledger.Insert(context.Background(), []billing.UsageEvent{old, cur}); err != nil {
 					t.Fatal(err)
 				}
@@ -168,12 +168,12 @@ func TestMeterLoadsPeriodSpendAtStart(t *testing.T) {
 					t.Fatal(err)
 				}
 				before := event(now, 2, "t1") // recorded before Run: booked once, not twice
-				before.BilledUSD = 1
+				before.Billed = billing.NanoPerUSD
 				m.Record(before)
 				stop := runMeter(t, m)
 				waitFor(t, "spend loaded and event written", func() bool { return m.Stats().Written == 1 })
 				stop()
-				if got := guard.Spent("t1"); got != 5 {
+				if got := guard.Spent("t1"); got != 5*billing.NanoPerUSD {
 					t.Errorf("spend = %v, want 5", got)
 				}
 				err = guard.Check(billing.Limits{TenantID: "t1", KeyID: "key-t1", TenantMonthlyUSD: 5})
@@ -236,7 +236,7 @@ func TestMeterSurvivesDatabaseOutage(t *testing.T) {
 		if st.Lost != 0 || st.Written > n {
 			t.Errorf("stats %+v: want Written ≤ %d, Lost 0", st, n)
 		}
-		if got, want := guard.Spent("t1"), n*0.002; got-want > 1e-6 || want-got > 1e-6 {
+		if got, want := guard.Spent("t1"), billing.Nano(n*2_000_000); got != want {
 			t.Errorf("spend = %v, want %v", got, want)
 		}
 	})
@@ -289,7 +289,7 @@ func TestMeterSpillsAtShutdownAndReplaysOnRestart(t *testing.T) {
 		if rows, _ := e.count(t); rows != n {
 			t.Errorf("rows after restart = %d, want %d", rows, n)
 		}
-		if got, want := guard.Spent("t1"), n*0.002; got-want > 1e-9 || want-got > 1e-9 {
+		if got, want := guard.Spent("t1"), billing.Nano(n*2_000_000); got != want {
 			t.Errorf("spend after restart = %v, want %v (leftover events booked once, by the ledger load)", got, want)
 		}
 		left, _ := filepath.Glob(filepath.Join(dir, "meter-*"))
@@ -352,22 +352,15 @@ func TestGuardSeesOtherReplicas(t *testing.T) {
 			a.Record(event(now, i, "t1")) // $0.002 each
 		}
 		b.Record(event(now, 1000, "t1"))
-		if got := ga.Spent("t1"); got < 0.2-1e-9 {
+		if got := ga.Spent("t1"); got < 200_000_000 {
 			t.Errorf("replica A's own spend = %v, want ≥ 0.2 at once", got)
 		}
 		waitFor(t, "both replicas to see all spend", func() bool {
-			return abs(ga.Spent("t1")-0.202) < 1e-9 && abs(gb.Spent("t1")-0.202) < 1e-9
+			return ga.Spent("t1") == 202_000_000 && gb.Spent("t1") == 202_000_000
 		})
 		err := gb.Check(billing.Limits{TenantID: "t1", TenantMonthlyUSD: 0.2})
 		if err == nil {
 			t.Error("replica B let a request through past the tenant budget spent on replica A")
 		}
 	})
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }

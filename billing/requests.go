@@ -65,17 +65,21 @@ type RequestRow struct {
 	FinishedAt time.Time `json:"finished_at"`
 	KeyID      string    `json:"key_id"`
 	// KeyName is filled by the API from the tenant's keys ("" when deleted).
-	KeyName          string   `json:"key_name"`
-	ClusterID        string   `json:"cluster_id"`
-	Model            string   `json:"model"`
-	InstanceID       string   `json:"instance_id"`
-	Policy           string   `json:"policy"`
-	Status           string   `json:"status"`
-	HTTPStatus       int      `json:"http_status"`
-	PromptTokens     int64    `json:"prompt_tokens"`
-	OutputTokens     int64    `json:"output_tokens"`
-	TTFTMs           float64  `json:"ttft_ms"`
-	E2EMs            float64  `json:"e2e_ms"`
+	KeyName      string  `json:"key_name"`
+	ClusterID    string  `json:"cluster_id"`
+	Model        string  `json:"model"`
+	InstanceID   string  `json:"instance_id"`
+	Policy       string  `json:"policy"`
+	Status       string  `json:"status"`
+	HTTPStatus   int     `json:"http_status"`
+	PromptTokens int64   `json:"prompt_tokens"`
+	OutputTokens int64   `json:"output_tokens"`
+	TTFTMs       float64 `json:"ttft_ms"`
+	E2EMs        float64 `json:"e2e_ms"`
+	// Cost and Billed are the request's amounts in nano-USD (exact);
+	// CostUSD and BilledUSD the same in dollars (set by SetMoney).
+	Cost             Nano     `json:"cost_nano_usd"`
+	Billed           Nano     `json:"billed_nano_usd"`
 	CostUSD          float64  `json:"cost_usd"`
 	BilledUSD        float64  `json:"billed_usd"`
 	PredictedQuality float64  `json:"predicted_quality"`
@@ -84,6 +88,12 @@ type RequestRow struct {
 	Weights          *Weights `json:"weights"`
 	Relaxed          []string `json:"relaxed"`
 	Attempts         int      `json:"attempts"`
+}
+
+// SetMoney sets the row's amounts in Nano and their dollar fields.
+func (r *RequestRow) SetMoney(cost, billed Nano) {
+	r.Cost, r.Billed = cost, billed
+	r.CostUSD, r.BilledUSD = cost.USD(), billed.USD()
 }
 
 // RequestPage is one page of the log; NextCursor is "" on the last page.

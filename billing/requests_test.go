@@ -26,7 +26,7 @@ func TestRequestLog(t *testing.T) {
 	ev := func(id, tenant, model, key, status string, at time.Duration) billing.UsageEvent {
 		return billing.UsageEvent{
 			RequestID: id, TenantID: tenant, KeyID: key, ClusterID: "c1", InstanceID: "i-" + model, Model: model,
-			Policy: "routebalance", PromptTokens: 12, OutputTokens: 30, CostUSD: 0.00021, BilledUSD: 0.00042,
+			Policy: "routebalance", PromptTokens: 12, OutputTokens: 30, Cost: 210_000, Billed: 420_000,
 			PredictedQuality: 0.71, TTFT: 120 * time.Millisecond, E2E: 900 * time.Millisecond,
 			Status: status, HTTPStatus: 200, StartedAt: base.Add(at), FinishedAt: base.Add(at + 900*time.Millisecond),
 			PredictedE2E: 800 * time.Millisecond, Preset: "custom", Weights: billing.Weights{Quality: 0.6, Cost: 0.2, Latency: 0.2},
@@ -119,7 +119,7 @@ func TestRequestLog(t *testing.T) {
 			want := billing.RequestRow{
 				ID: "r2", StartedAt: base.Add(2 * time.Minute), FinishedAt: base.Add(2*time.Minute + 900*time.Millisecond),
 				KeyID: "k1", ClusterID: "c1", Model: "B", InstanceID: "i-B", Policy: "routebalance", Status: "error",
-				HTTPStatus: 200, PromptTokens: 12, OutputTokens: 30, TTFTMs: 120, E2EMs: 900, CostUSD: 0.00021,
+				HTTPStatus: 200, PromptTokens: 12, OutputTokens: 30, TTFTMs: 120, E2EMs: 900, Cost: 210_000, Billed: 420_000, CostUSD: 0.00021,
 				BilledUSD: 0.00042, PredictedQuality: 0.71, PredictedE2EMs: 800, Preset: "custom",
 				Weights: &billing.Weights{Quality: 0.6, Cost: 0.2, Latency: 0.2}, Relaxed: []string{"ttft", "budget"}, Attempts: 2,
 			}

@@ -44,11 +44,15 @@ func (q UsageQuery) Validate() error {
 type UsageRow struct {
 	// Group is the hour (RFC 3339, UTC), the day (YYYY-MM-DD), the model,
 	// the instance id or the key id; "" for the total.
-	Group                string  `json:"group"`
-	Requests             int64   `json:"requests"`
-	PromptTokens         int64   `json:"prompt_tokens"`
-	OutputTokens         int64   `json:"output_tokens"`
-	Tokens               int64   `json:"tokens"`
+	Group        string `json:"group"`
+	Requests     int64  `json:"requests"`
+	PromptTokens int64  `json:"prompt_tokens"`
+	OutputTokens int64  `json:"output_tokens"`
+	Tokens       int64  `json:"tokens"`
+	// Cost and Billed are the group's sums in nano-USD (exact);
+	// CostUSD and BilledUSD are the same in dollars (set by SetMoney).
+	Cost                 Nano    `json:"cost_nano_usd"`
+	Billed               Nano    `json:"billed_nano_usd"`
 	CostUSD              float64 `json:"cost_usd"`
 	BilledUSD            float64 `json:"billed_usd"`
 	MeanTTFTMs           float64 `json:"mean_ttft_ms"`
@@ -56,6 +60,12 @@ type UsageRow struct {
 	MeanE2EMs            float64 `json:"mean_latency_ms"`
 	P95E2EMs             float64 `json:"p95_latency_ms"`
 	MeanPredictedQuality float64 `json:"mean_predicted_quality"`
+}
+
+// SetMoney sets the row's sums in Nano and their dollar fields.
+func (r *UsageRow) SetMoney(cost, billed Nano) {
+	r.Cost, r.Billed = cost, billed
+	r.CostUSD, r.BilledUSD = cost.USD(), billed.USD()
 }
 
 // UsageReport answers a UsageQuery: the groups in order and the total.
@@ -88,7 +98,7 @@ func GroupOf(groupBy string, finished time.Time, model, instanceID, keyID string
 type UsageSample struct {
 	Group                      string
 	PromptTokens, OutputTokens int64
-	CostUSD, BilledUSD         float64
+	Cost, Billed               Nano
 	TTFTMs, E2EMs, Quality     float64
 }
 
@@ -120,8 +130,8 @@ func (a *Accumulator) Add(s UsageSample) {
 	r.Requests++
 	r.PromptTokens += s.PromptTokens
 	r.OutputTokens += s.OutputTokens
-	r.CostUSD += s.CostUSD
-	r.BilledUSD += s.BilledUSD
+	r.Cost = r.Cost.Add(s.Cost)
+	r.Billed = r.Billed.Add(s.Billed)
 	g.ttft = append(g.ttft, s.TTFTMs)
 	g.e2e = append(g.e2e, s.E2EMs)
 	g.qualitySum += s.Quality
@@ -136,6 +146,7 @@ func (a *Accumulator) Rows() []UsageRow {
 		r := g.row
 		n := float64(r.Requests)
 		r.Tokens = r.PromptTokens + r.OutputTokens
+		r.SetMoney(r.Cost, r.Billed)
 		r.MeanTTFTMs, r.P95TTFTMs = mean(g.ttft), Percentile(g.ttft, 0.95)
 		r.MeanE2EMs, r.P95E2EMs = mean(g.e2e), Percentile(g.e2e, 0.95)
 		r.MeanPredictedQuality = g.qualitySum / n

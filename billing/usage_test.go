@@ -25,7 +25,7 @@ func TestUsageAggregation(t *testing.T) {
 	ev := func(id, tenant, model, inst, key string, at time.Duration, k float64) billing.UsageEvent {
 		return billing.UsageEvent{
 			RequestID: id, TenantID: tenant, KeyID: key, InstanceID: inst, Model: model,
-			PromptTokens: int(10 * k), OutputTokens: int(5 * k), CostUSD: 0.1 * k, BilledUSD: 0.2 * k,
+			PromptTokens: int(10 * k), OutputTokens: int(5 * k), Cost: billing.Nano(100_000_000 * k), Billed: billing.Nano(200_000_000 * k),
 			TTFT: time.Duration(10*k) * time.Millisecond, E2E: time.Duration(100*k) * time.Millisecond,
 			PredictedQuality: 1 - 0.2*k, Status: "ok", StartedAt: base.Add(at - time.Second), FinishedAt: base.Add(at),
 		}
@@ -37,16 +37,16 @@ func TestUsageAggregation(t *testing.T) {
 		ev("r4", "t2", "A", "i1", "k9", 15*time.Minute, 1), // other tenant
 		ev("r5", "t1", "A", "i1", "k1", 5*time.Hour, 1),    // outside the range
 	}
-	a := billing.UsageRow{Requests: 2, PromptTokens: 30, OutputTokens: 15, Tokens: 45, CostUSD: 0.3, BilledUSD: 0.6,
+	a := billing.UsageRow{Requests: 2, PromptTokens: 30, OutputTokens: 15, Tokens: 45, Cost: 300000000, Billed: 600000000, CostUSD: 0.3, BilledUSD: 0.6,
 		MeanTTFTMs: 15, P95TTFTMs: 19.5, MeanE2EMs: 150, P95E2EMs: 195, MeanPredictedQuality: 0.7}
-	b := billing.UsageRow{Requests: 1, PromptTokens: 30, OutputTokens: 15, Tokens: 45, CostUSD: 0.3, BilledUSD: 0.6,
+	b := billing.UsageRow{Requests: 1, PromptTokens: 30, OutputTokens: 15, Tokens: 45, Cost: 300000000, Billed: 600000000, CostUSD: 0.3, BilledUSD: 0.6,
 		MeanTTFTMs: 30, P95TTFTMs: 30, MeanE2EMs: 300, P95E2EMs: 300, MeanPredictedQuality: 0.4}
-	total := billing.UsageRow{Requests: 3, PromptTokens: 60, OutputTokens: 30, Tokens: 90, CostUSD: 0.6, BilledUSD: 1.2,
+	total := billing.UsageRow{Requests: 3, PromptTokens: 60, OutputTokens: 30, Tokens: 90, Cost: 600000000, Billed: 1200000000, CostUSD: 0.6, BilledUSD: 1.2,
 		MeanTTFTMs: 20, P95TTFTMs: 29, MeanE2EMs: 200, P95E2EMs: 290, MeanPredictedQuality: 0.6}
 	named := func(r billing.UsageRow, g string) billing.UsageRow { r.Group = g; return r }
-	i1 := billing.UsageRow{Requests: 2, PromptTokens: 40, OutputTokens: 20, Tokens: 60, CostUSD: 0.4, BilledUSD: 0.8,
+	i1 := billing.UsageRow{Requests: 2, PromptTokens: 40, OutputTokens: 20, Tokens: 60, Cost: 400000000, Billed: 800000000, CostUSD: 0.4, BilledUSD: 0.8,
 		MeanTTFTMs: 20, P95TTFTMs: 29, MeanE2EMs: 200, P95E2EMs: 290, MeanPredictedQuality: 0.6}
-	i2 := billing.UsageRow{Requests: 1, PromptTokens: 20, OutputTokens: 10, Tokens: 30, CostUSD: 0.2, BilledUSD: 0.4,
+	i2 := billing.UsageRow{Requests: 1, PromptTokens: 20, OutputTokens: 10, Tokens: 30, Cost: 200000000, Billed: 400000000, CostUSD: 0.2, BilledUSD: 0.4,
 		MeanTTFTMs: 20, P95TTFTMs: 20, MeanE2EMs: 200, P95E2EMs: 200, MeanPredictedQuality: 0.6}
 
 	tests := []struct {

@@ -170,7 +170,7 @@ func TestMeterPricesAndForwards(t *testing.T) {
 	mt.Record(ev)
 	ev.RequestID, ev.Status, ev.HTTPStatus, ev.TTFT = "r2", "error", 502, 0
 	mt.Record(ev)
-	if len(got) != 2 || got[0].BilledUSD != 0 {
+	if len(got) != 2 || got[0].Billed != 0 || got[0].CostUSD != 0.002 {
 		t.Fatalf("forwarded %+v (the inner meter prices, not the wrapper)", got)
 	}
 	req := family(t, m, "routebalance_requests_total")

@@ -129,7 +129,9 @@ func (m *Metrics) Meter(inner Recorder, pricing billing.Pricing) *Meter {
 
 // Record observes ev and forwards it. It never blocks.
 func (mt *Meter) Record(ev billing.UsageEvent) {
-	mt.m.ObserveUsage(ev, mt.pricing.Bill(&ev))
+	priced := ev
+	_ = mt.pricing.Price(&priced) // a refused amount counts 0, as in the ledger; billing.Meter logs it
+	mt.m.ObserveUsage(priced, priced.Billed.USD())
 	if mt.inner != nil {
 		mt.inner.Record(ev)
 	}
@@ -153,6 +155,11 @@ func (m *Metrics) ObserveUsage(ev billing.UsageEvent, billedUSD float64) {
 	}
 	m.tokens.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID, "prompt").Add(float64(max(ev.PromptTokens, 0)))
 	m.tokens.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID, "output").Add(float64(max(ev.OutputTokens, 0)))
-	m.costUSD.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID).Add(max(ev.CostUSD, 0))
+	cost := ev.Cost.USD()
+	if ev.Cost == 0 && ev.CostUSD != 0 { // not priced yet (deprecated float cost)
+		c, _ := billing.NanoFromUSD(ev.CostUSD)
+		cost = c.USD()
+	}
+	m.costUSD.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID).Add(max(cost, 0))
 	m.billedUSD.WithLabelValues(ev.ClusterID, ev.Model).Add(max(billedUSD, 0))
 }

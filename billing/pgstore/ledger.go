@@ -27,18 +27,18 @@ var _ billing.Ledger = (*Store)(nil)
 
 var usageCols = []string{
 	"request_id", "tenant_id", "key_id", "cluster_id", "instance_id", "model", "policy",
-	"prompt_tokens", "output_tokens", "cost_usd", "billed_usd", "predicted_quality",
+	"prompt_tokens", "output_tokens", "cost_nano", "billed_nano", "predicted_quality",
 	"ttft_ms", "e2e_ms", "status", "http_status", "started_at", "finished_at",
 	"predicted_e2e_ms", "preset", "w_quality", "w_cost", "w_latency", "relaxed", "attempts",
 }
 
 const insertFromStage = `
 INSERT INTO billing_usage (request_id, tenant_id, key_id, cluster_id, instance_id, model, policy,
-    prompt_tokens, output_tokens, cost_usd, billed_usd, predicted_quality, ttft_ms, e2e_ms,
+    prompt_tokens, output_tokens, cost_nano, billed_nano, predicted_quality, ttft_ms, e2e_ms,
     status, http_status, started_at, finished_at,
     predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts)
 SELECT request_id, tenant_id, key_id, cluster_id, instance_id, model, policy,
-    prompt_tokens, output_tokens, cost_usd, billed_usd, predicted_quality, ttft_ms, e2e_ms,
+    prompt_tokens, output_tokens, cost_nano, billed_nano, predicted_quality, ttft_ms, e2e_ms,
     status, http_status, started_at, finished_at,
     predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts
 FROM billing_usage_stage
@@ -61,7 +61,7 @@ func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string,
 			pgx.CopyFromSlice(len(evs), func(i int) ([]any, error) {
 				e := &evs[i]
 				return []any{e.RequestID, e.TenantID, e.KeyID, e.ClusterID, e.InstanceID, e.Model, e.Policy,
-					int32(e.PromptTokens), int32(e.OutputTokens), e.CostUSD, e.BilledUSD, e.PredictedQuality,
+					int32(e.PromptTokens), int32(e.OutputTokens), int64(max(e.Cost, 0)), int64(max(e.Billed, 0)), e.PredictedQuality,
 					ms(e.TTFT), ms(e.E2E), e.Status, int32(e.HTTPStatus), e.StartedAt, e.FinishedAt,
 					ms(e.PredictedE2E), e.Preset, e.Weights.Quality, e.Weights.Cost, e.Weights.Latency,
 					billing.JoinRelaxed(e.Relaxed), int32(max(1, e.Attempts))}, nil
@@ -85,16 +85,26 @@ func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string,
 	return ids, nil
 }
 
+// sumNano sums a bigint nano-USD column exactly (Postgres sums bigint as
+// numeric) and saturates at billing.MaxNano instead of failing the cast.
+func sumNano(col string) string {
+	return `least(coalesce(sum(` + col + `), 0), 9223372036854775807)::bigint`
+}
+
 // PeriodSpend returns billed totals per tenant and key since since.
 func (s *Store) PeriodSpend(ctx context.Context, since time.Time) ([]billing.PeriodSpend, error) {
-	rows, err := s.pool.Query(ctx, `SELECT tenant_id, key_id, sum(billed_usd) FROM billing_usage
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id, key_id, `+sumNano("billed_nano")+` FROM billing_usage
 		WHERE finished_at >= $1 GROUP BY tenant_id, key_id`, since)
 	if err != nil {
 		return nil, fmt.Errorf("billing pgstore: period spend: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (billing.PeriodSpend, error) {
-		var p billing.PeriodSpend
-		err := r.Scan(&p.TenantID, &p.KeyID, &p.USD)
+		var (
+			p      billing.PeriodSpend
+			billed int64
+		)
+		err := r.Scan(&p.TenantID, &p.KeyID, &billed)
+		p.Billed = billing.Nano(billed)
 		return p, err
 	})
 	if err != nil {
@@ -148,7 +158,7 @@ func (s *Store) Usage(ctx context.Context, q billing.UsageQuery) (billing.UsageR
 func (s *Store) usageRows(ctx context.Context, q billing.UsageQuery, expr string) ([]billing.UsageRow, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+expr+` AS g, count(*),
 		coalesce(sum(prompt_tokens),0)::bigint, coalesce(sum(output_tokens),0)::bigint,
-		coalesce(sum(cost_usd),0), coalesce(sum(billed_usd),0),
+		`+sumNano("cost_nano")+`, `+sumNano("billed_nano")+`,
 		avg(ttft_ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY ttft_ms),
 		avg(e2e_ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY e2e_ms),
 		avg(predicted_quality)
@@ -158,10 +168,14 @@ func (s *Store) usageRows(ctx context.Context, q billing.UsageQuery, expr string
 		return nil, fmt.Errorf("billing pgstore: usage: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (billing.UsageRow, error) {
-		var u billing.UsageRow
-		err := r.Scan(&u.Group, &u.Requests, &u.PromptTokens, &u.OutputTokens, &u.CostUSD, &u.BilledUSD,
+		var (
+			u            billing.UsageRow
+			cost, billed int64
+		)
+		err := r.Scan(&u.Group, &u.Requests, &u.PromptTokens, &u.OutputTokens, &cost, &billed,
 			&u.MeanTTFTMs, &u.P95TTFTMs, &u.MeanE2EMs, &u.P95E2EMs, &u.MeanPredictedQuality)
 		u.Tokens = u.PromptTokens + u.OutputTokens
+		u.SetMoney(billing.Nano(cost), billing.Nano(billed))
 		return u, err
 	})
 	if err != nil {

@@ -45,8 +45,8 @@ func (s *Store) Requests(ctx context.Context, q billing.RequestQuery) (billing.R
 		add("(started_at, request_id) < ($%d, $%d)", t, id)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT request_id, started_at, finished_at, key_id, cluster_id, model,
-		instance_id, policy, status, http_status, prompt_tokens, output_tokens, ttft_ms, e2e_ms, cost_usd,
-		billed_usd, predicted_quality, predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts
+		instance_id, policy, status, http_status, prompt_tokens, output_tokens, ttft_ms, e2e_ms, cost_nano,
+		billed_nano, predicted_quality, predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts
 		FROM billing_usage WHERE `+strings.Join(where, " AND ")+`
 		ORDER BY started_at DESC, request_id DESC LIMIT `+strconv.Itoa(q.Limit+1), args...)
 	if err != nil {
@@ -54,17 +54,19 @@ func (s *Store) Requests(ctx context.Context, q billing.RequestQuery) (billing.R
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (billing.RequestRow, error) {
 		var (
-			x          billing.RequestRow
-			wq, wc, wl float64
-			relaxed    string
+			x            billing.RequestRow
+			wq, wc, wl   float64
+			relaxed      string
+			cost, billed int64
 		)
 		err := r.Scan(&x.ID, &x.StartedAt, &x.FinishedAt, &x.KeyID, &x.ClusterID, &x.Model, &x.InstanceID,
 			&x.Policy, &x.Status, &x.HTTPStatus, &x.PromptTokens, &x.OutputTokens, &x.TTFTMs, &x.E2EMs,
-			&x.CostUSD, &x.BilledUSD, &x.PredictedQuality, &x.PredictedE2EMs, &x.Preset, &wq, &wc, &wl,
+			&cost, &billed, &x.PredictedQuality, &x.PredictedE2EMs, &x.Preset, &wq, &wc, &wl,
 			&relaxed, &x.Attempts)
 		x.StartedAt, x.FinishedAt = x.StartedAt.UTC(), x.FinishedAt.UTC()
 		x.Weights = billing.WeightsOrNil(wq, wc, wl)
 		x.Relaxed = billing.SplitRelaxed(relaxed)
+		x.SetMoney(billing.Nano(cost), billing.Nano(billed))
 		return x, err
 	})
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -144,12 +143,16 @@ func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref bi
 // yet aggregated into outbox rows, one per tenant and hour, in one
 // transaction. A (tenant, hour) that already has outbox rows gets a new
 // one with the next seq for the late rows. unitUSD converts billed USD to
-// the integer meter value. New rows are created at, and first due at, now
-// (the caller's clock, never the database's). It returns the number of
-// outbox rows created.
+// the integer meter value (in integers: round(billed nano-USD / unit)).
+// New rows are created at, and first due at, now (the caller's clock,
+// never the database's). It returns the number of outbox rows created.
 func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD float64) (int, error) {
+	unit, err := billing.MeterUnit(unitUSD)
+	if err != nil {
+		return 0, fmt.Errorf("billing pgstore: aggregate: %w", err)
+	}
 	n := 0
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		n = 0
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(74652701)`); err != nil {
 			return err
@@ -178,7 +181,7 @@ func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD fl
 				return err
 			}
 			var id int64
-			if err := tx.QueryRow(ctx, `INSERT INTO billing_outbox (tenant_id, hour, seq, identifier, requests, tokens, billed_usd, value,
+			if err := tx.QueryRow(ctx, `INSERT INTO billing_outbox (tenant_id, hour, seq, identifier, requests, tokens, billed_nano, value,
 				created_at, next_attempt_at) VALUES ($1, $2, $3, $4, 0, 0, 0, 0, $5, $5) RETURNING id`,
 				g.tenant, g.hour, seq, billing.OutboxIdentifier(g.tenant, g.hour, seq), now).Scan(&id); err != nil {
 				return err
@@ -187,12 +190,12 @@ func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD fl
 			// meter in between is either marked and summed, or neither.
 			var (
 				reqs, toks int64
-				billed     float64
+				billed     int64
 			)
 			if err := tx.QueryRow(ctx, `WITH m AS (UPDATE billing_usage SET outbox_id = $1
 				WHERE outbox_id IS NULL AND tenant_id = $2 AND finished_at >= $3 AND finished_at < $4 AND finished_at < $5
-				RETURNING prompt_tokens + output_tokens AS tok, billed_usd)
-				SELECT count(*), coalesce(sum(tok), 0)::bigint, coalesce(sum(billed_usd), 0) FROM m`,
+				RETURNING prompt_tokens + output_tokens AS tok, billed_nano)
+				SELECT count(*), coalesce(sum(tok), 0)::bigint, `+sumNano("billed_nano")+` FROM m`,
 				id, g.tenant, g.hour, g.hour.Add(time.Hour), cutoff).Scan(&reqs, &toks, &billed); err != nil {
 				return err
 			}
@@ -202,8 +205,8 @@ func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD fl
 				}
 				continue
 			}
-			if _, err := tx.Exec(ctx, `UPDATE billing_outbox SET requests = $2, tokens = $3, billed_usd = $4, value = $5 WHERE id = $1`,
-				id, reqs, toks, billed, int64(math.Round(billed/unitUSD))); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE billing_outbox SET requests = $2, tokens = $3, billed_nano = $4, value = $5 WHERE id = $1`,
+				id, reqs, toks, billed, billing.Nano(billed).Units(unit)); err != nil {
 				return err
 			}
 			n++
@@ -220,7 +223,7 @@ func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD fl
 // tenant has a Stripe customer, oldest first.
 func (s *Store) PendingOutbox(ctx context.Context, now time.Time, limit int) ([]billing.OutboxItem, error) {
 	rows, err := s.pool.Query(ctx, `SELECT o.id, o.tenant_id, a.stripe_customer_id, o.hour, o.seq, o.identifier,
-		o.requests, o.tokens, o.billed_usd, o.value, o.attempts
+		o.requests, o.tokens, o.billed_nano, o.value, o.attempts
 		FROM billing_outbox o JOIN billing_accounts a ON a.tenant_id = o.tenant_id
 		WHERE o.sent_at IS NULL AND o.next_attempt_at <= $1 AND a.stripe_customer_id IS NOT NULL
 		ORDER BY o.hour, o.id LIMIT $2`, now, limit)
@@ -228,9 +231,13 @@ func (s *Store) PendingOutbox(ctx context.Context, now time.Time, limit int) ([]
 		return nil, fmt.Errorf("billing pgstore: pending outbox: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (billing.OutboxItem, error) {
-		var o billing.OutboxItem
+		var (
+			o      billing.OutboxItem
+			billed int64
+		)
 		err := r.Scan(&o.ID, &o.TenantID, &o.CustomerID, &o.Hour, &o.Seq, &o.Identifier,
-			&o.Requests, &o.Tokens, &o.BilledUSD, &o.Value, &o.Attempts)
+			&o.Requests, &o.Tokens, &billed, &o.Value, &o.Attempts)
+		o.Billed = billing.Nano(billed)
 		o.Hour = o.Hour.UTC()
 		return o, err
 	})

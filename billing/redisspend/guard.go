@@ -39,8 +39,9 @@ func (g *Guard) CheckContext(ctx context.Context, l billing.Limits) error {
 	if err := g.inner.Check(l); err != nil {
 		return err
 	}
-	keyBudget := l.KeyMonthlyUSD > 0 && l.KeyID != ""
-	if l.TenantMonthlyUSD <= 0 && !keyBudget {
+	tBudget, kBudget := l.Budgets()
+	keyBudget := kBudget > 0 && l.KeyID != ""
+	if tBudget <= 0 && !keyBudget {
 		return nil
 	}
 	keyID := ""
@@ -55,11 +56,11 @@ func (g *Guard) CheckContext(ctx context.Context, l billing.Limits) error {
 		return nil
 	}
 	period := billing.PeriodStart(g.counters.clock.Now())
-	if keyBudget && kn >= ToNano(l.KeyMonthlyUSD) {
-		return &billing.BudgetError{Scope: billing.ScopeKey, ID: l.KeyID, LimitUSD: l.KeyMonthlyUSD, SpentUSD: FromNano(kn), Period: period}
+	if keyBudget && billing.Nano(kn) >= kBudget {
+		return billing.NewBudgetError(billing.ScopeKey, l.KeyID, kBudget, billing.Nano(kn), period)
 	}
-	if l.TenantMonthlyUSD > 0 && tn >= ToNano(l.TenantMonthlyUSD) {
-		return &billing.BudgetError{Scope: billing.ScopeTenant, ID: l.TenantID, LimitUSD: l.TenantMonthlyUSD, SpentUSD: FromNano(tn), Period: period}
+	if tBudget > 0 && billing.Nano(tn) >= tBudget {
+		return billing.NewBudgetError(billing.ScopeTenant, l.TenantID, tBudget, billing.Nano(tn), period)
 	}
 	return nil
 }
@@ -74,7 +75,7 @@ type Recorder interface {
 
 // Meter records each usage event with the inner meter and adds its billed
 // amount to the shared counters. It prices the event first with the same
-// Pricing the inner meter uses (an event whose BilledUSD is set keeps it),
+// Pricing the inner meter uses (an event whose Billed is set keeps it),
 // so the shared and the ledger's amounts agree.
 type Meter struct {
 	inner    Recorder
@@ -90,7 +91,7 @@ func NewMeter(inner Recorder, c *Counters, pricing billing.Pricing) *Meter {
 // Record prices ev, records it with the inner meter and counts its billed
 // amount in the shared spend of its tenant and key. It never blocks.
 func (m *Meter) Record(ev billing.UsageEvent) {
-	ev.BilledUSD = m.pricing.Bill(&ev)
+	_ = m.pricing.Price(&ev) // a refused amount counts 0, as in the ledger; the inner meter logs it
 	m.inner.Record(ev)
-	m.counters.Add(ev.FinishedAt, ev.TenantID, ev.KeyID, ToNano(ev.BilledUSD))
+	m.counters.Add(ev.FinishedAt, ev.TenantID, ev.KeyID, int64(ev.Billed))
 }

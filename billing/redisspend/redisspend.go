@@ -366,7 +366,7 @@ return n
 `)
 
 // Reconcile raises the counters of period to at least the ledger's totals
-// (rows as billing.Ledger.PeriodSpend returns them: billed USD per tenant
+// (rows as billing.Ledger.PeriodSpend returns them: billed nano-USD per tenant
 // and key). It never lowers a counter: the shared total also holds what
 // replicas metered and have not yet written.
 func (c *Counters) Reconcile(ctx context.Context, period time.Time, rows []billing.PeriodSpend) error {
@@ -381,7 +381,7 @@ func (c *Counters) Reconcile(ctx context.Context, period time.Time, rows []billi
 			t = &tenant{keys: map[string]int64{}}
 			per[r.TenantID] = t
 		}
-		n := ToNano(r.USD)
+		n := int64(r.Billed)
 		t.total += n
 		if r.KeyID != "" {
 			t.keys[r.KeyID] += n

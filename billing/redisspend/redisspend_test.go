@@ -89,14 +89,14 @@ func TestBudgetSharedAcrossThreeReplicas(t *testing.T) {
 	if tn != 1_200_000_000 || kn != 1_200_000_000 {
 		t.Fatalf("shared spend tenant %d key %d nano-USD, want 1.2e9 each", tn, kn)
 	}
-	if rs[0].rec.evs[0].BilledUSD != 0.3 {
-		t.Fatalf("inner meter got billed %v, want the priced 0.3", rs[0].rec.evs[0].BilledUSD)
+	if rs[0].rec.evs[0].Billed != 300_000_000 {
+		t.Fatalf("inner meter got billed %v, want the priced 0.3", rs[0].rec.evs[0].Billed)
 	}
 }
 
 func TestKeyBudget(t *testing.T) {
 	rs := newReplicas(t, 2, Config{})
-	rs[0].meter.Record(billing.UsageEvent{TenantID: "t1", KeyID: "k1", BilledUSD: 0.5, FinishedAt: now})
+	rs[0].meter.Record(billing.UsageEvent{TenantID: "t1", KeyID: "k1", Billed: 500_000_000, FinishedAt: now})
 	if err := rs[0].c.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestReconcileRaisesNeverLowers(t *testing.T) {
 	// The ledger knows more of t1 (a replica's increment was lost while
 	// Redis was down) and less of t2 (its last requests are not yet written).
 	period := billing.PeriodStart(now)
-	rows := []billing.PeriodSpend{{TenantID: "t1", KeyID: "k1", USD: 4e-6}, {TenantID: "t1", KeyID: "k2", USD: 3e-6}, {TenantID: "t2", USD: 5e-8}}
+	rows := []billing.PeriodSpend{{TenantID: "t1", KeyID: "k1", Billed: 4000}, {TenantID: "t1", KeyID: "k2", Billed: 3000}, {TenantID: "t2", Billed: 50}}
 	if err := c.Reconcile(ctx, period, rows); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestReconcileRaisesNeverLowers(t *testing.T) {
 		}
 	}
 	// Another month's counters are separate.
-	if err := c.Reconcile(ctx, period.AddDate(0, -1, 0), []billing.PeriodSpend{{TenantID: "t1", USD: 1}}); err != nil {
+	if err := c.Reconcile(ctx, period.AddDate(0, -1, 0), []billing.PeriodSpend{{TenantID: "t1", Billed: billing.NanoPerUSD}}); err != nil {
 		t.Fatal(err)
 	}
 	if tn, _, _ := c.Spent(ctx, "t1", ""); tn != 7_000 {
@@ -159,7 +159,7 @@ func TestRunPushesAndReconcilesFirst(t *testing.T) {
 	c := rs[0].c
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx, ledgerRows{{TenantID: "t1", USD: 2e-6}}) }()
+	go func() { done <- c.Run(ctx, ledgerRows{{TenantID: "t1", Billed: 2000}}) }()
 	for i := 0; c.Stats().Reconciled == 0; i++ {
 		if i > 500 {
 			t.Fatal("Run did not reconcile at start within 5s")

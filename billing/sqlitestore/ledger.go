@@ -39,7 +39,7 @@ func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string,
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
 	st, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO billing_usage (request_id, tenant_id, key_id,
-		cluster_id, instance_id, model, policy, prompt_tokens, output_tokens, cost_usd, billed_usd,
+		cluster_id, instance_id, model, policy, prompt_tokens, output_tokens, cost_nano, billed_nano,
 		predicted_quality, ttft_ms, e2e_ms, status, http_status, started_ms, finished_ms,
 		predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts)
 		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
@@ -51,7 +51,7 @@ func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string,
 	for i := range evs {
 		e := &evs[i]
 		res, err := st.ExecContext(ctx, e.RequestID, e.TenantID, e.KeyID, e.ClusterID, e.InstanceID, e.Model,
-			e.Policy, e.PromptTokens, e.OutputTokens, e.CostUSD, e.BilledUSD, e.PredictedQuality,
+			e.Policy, e.PromptTokens, e.OutputTokens, int64(max(e.Cost, 0)), int64(max(e.Billed, 0)), e.PredictedQuality,
 			durMs(e.TTFT), durMs(e.E2E), e.Status, e.HTTPStatus, toMs(e.StartedAt), toMs(e.FinishedAt),
 			durMs(e.PredictedE2E), e.Preset, e.Weights.Quality, e.Weights.Cost, e.Weights.Latency,
 			billing.JoinRelaxed(e.Relaxed), max(1, e.Attempts))
@@ -68,9 +68,24 @@ func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string,
 	return ids, nil
 }
 
+// sumNano sums an INTEGER nano-USD column without SQLite's "integer
+// overflow" error: as whole dollars and the nano remainder, each far from
+// overflowing, recombined by joinNano.
+func sumNano(col string) string {
+	return `coalesce(sum(` + col + ` / 1000000000), 0), coalesce(sum(` + col + ` % 1000000000), 0)`
+}
+
+// joinNano returns whole × 10⁹ + rem, saturating at billing.MaxNano.
+func joinNano(whole, rem int64) billing.Nano {
+	if whole > int64(billing.MaxNano/billing.NanoPerUSD) {
+		return billing.MaxNano
+	}
+	return billing.Nano(whole * int64(billing.NanoPerUSD)).Add(billing.Nano(rem))
+}
+
 // PeriodSpend returns billed totals per tenant and key since since.
 func (s *Store) PeriodSpend(ctx context.Context, since time.Time) ([]billing.PeriodSpend, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT tenant_id, key_id, sum(billed_usd) FROM billing_usage
+	rows, err := s.db.QueryContext(ctx, `SELECT tenant_id, key_id, `+sumNano("billed_nano")+` FROM billing_usage
 		WHERE finished_ms >= ? GROUP BY tenant_id, key_id`, toMs(since))
 	if err != nil {
 		return nil, fmt.Errorf("billing sqlitestore: period spend: %w", err)
@@ -78,10 +93,14 @@ func (s *Store) PeriodSpend(ctx context.Context, since time.Time) ([]billing.Per
 	defer rows.Close()
 	var out []billing.PeriodSpend
 	for rows.Next() {
-		var p billing.PeriodSpend
-		if err := rows.Scan(&p.TenantID, &p.KeyID, &p.USD); err != nil {
+		var (
+			p         billing.PeriodSpend
+			whole, rm int64
+		)
+		if err := rows.Scan(&p.TenantID, &p.KeyID, &whole, &rm); err != nil {
 			return nil, fmt.Errorf("billing sqlitestore: period spend: %w", err)
 		}
+		p.Billed = joinNano(whole, rm)
 		out = append(out, p)
 	}
 	return out, rows.Err()
@@ -94,7 +113,7 @@ func (s *Store) Usage(ctx context.Context, q billing.UsageQuery) (billing.UsageR
 		return billing.UsageReport{}, err
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT model, instance_id, key_id, prompt_tokens, output_tokens,
-		cost_usd, billed_usd, ttft_ms, e2e_ms, predicted_quality, finished_ms FROM billing_usage
+		cost_nano, billed_nano, ttft_ms, e2e_ms, predicted_quality, finished_ms FROM billing_usage
 		WHERE tenant_id = ? AND finished_ms >= ? AND finished_ms < ?`, q.TenantID, toMs(q.From), toMs(q.To))
 	if err != nil {
 		return billing.UsageReport{}, fmt.Errorf("billing sqlitestore: usage: %w", err)
@@ -105,12 +124,13 @@ func (s *Store) Usage(ctx context.Context, q billing.UsageQuery) (billing.UsageR
 		var (
 			model, inst, key string
 			s                billing.UsageSample
-			fin              int64
+			fin, c, b        int64
 		)
-		if err := rows.Scan(&model, &inst, &key, &s.PromptTokens, &s.OutputTokens, &s.CostUSD, &s.BilledUSD,
+		if err := rows.Scan(&model, &inst, &key, &s.PromptTokens, &s.OutputTokens, &c, &b,
 			&s.TTFTMs, &s.E2EMs, &s.Quality, &fin); err != nil {
 			return billing.UsageReport{}, fmt.Errorf("billing sqlitestore: usage: %w", err)
 		}
+		s.Cost, s.Billed = billing.Nano(c), billing.Nano(b)
 		total.Add(s)
 		s.Group = billing.GroupOf(q.GroupBy, fromMs(fin), model, inst, key)
 		groups.Add(s)

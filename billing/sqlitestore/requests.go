@@ -35,8 +35,8 @@ func (s *Store) Requests(ctx context.Context, q billing.RequestQuery) (billing.R
 	}
 	args = append(args, q.Limit+1)
 	rows, err := s.db.QueryContext(ctx, `SELECT request_id, started_ms, finished_ms, key_id, cluster_id, model,
-		instance_id, policy, status, http_status, prompt_tokens, output_tokens, ttft_ms, e2e_ms, cost_usd,
-		billed_usd, predicted_quality, predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts
+		instance_id, policy, status, http_status, prompt_tokens, output_tokens, ttft_ms, e2e_ms, cost_nano,
+		billed_nano, predicted_quality, predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts
 		FROM billing_usage WHERE `+strings.Join(where, " AND ")+`
 		ORDER BY started_ms DESC, request_id DESC LIMIT ?`, args...)
 	if err != nil {
@@ -46,20 +46,22 @@ func (s *Store) Requests(ctx context.Context, q billing.RequestQuery) (billing.R
 	var out []billing.RequestRow
 	for rows.Next() {
 		var (
-			x          billing.RequestRow
-			st, fin    int64
-			wq, wc, wl float64
-			relaxed    string
+			x            billing.RequestRow
+			st, fin      int64
+			wq, wc, wl   float64
+			relaxed      string
+			cost, billed int64
 		)
 		if err := rows.Scan(&x.ID, &st, &fin, &x.KeyID, &x.ClusterID, &x.Model, &x.InstanceID,
 			&x.Policy, &x.Status, &x.HTTPStatus, &x.PromptTokens, &x.OutputTokens, &x.TTFTMs, &x.E2EMs,
-			&x.CostUSD, &x.BilledUSD, &x.PredictedQuality, &x.PredictedE2EMs, &x.Preset, &wq, &wc, &wl,
+			&cost, &billed, &x.PredictedQuality, &x.PredictedE2EMs, &x.Preset, &wq, &wc, &wl,
 			&relaxed, &x.Attempts); err != nil {
 			return billing.RequestPage{}, fmt.Errorf("billing sqlitestore: requests: %w", err)
 		}
 		x.StartedAt, x.FinishedAt = fromMs(st), fromMs(fin)
 		x.Weights = billing.WeightsOrNil(wq, wc, wl)
 		x.Relaxed = billing.SplitRelaxed(relaxed)
+		x.SetMoney(billing.Nano(cost), billing.Nano(billed))
 		out = append(out, x)
 	}
 	if err := rows.Err(); err != nil {

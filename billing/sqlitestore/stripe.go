@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/routebalance/routebalance/billing"
@@ -158,6 +157,10 @@ func (s *Store) ApplyWebhook(ctx context.Context, eventID, evType string, ref bi
 // the next seq for the late rows. New rows are created at, and first due
 // at, now (the caller's clock). It returns the outbox rows created.
 func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD float64) (int, error) {
+	unit, err := billing.MeterUnit(unitUSD)
+	if err != nil {
+		return 0, fmt.Errorf("billing sqlitestore: aggregate: %w", err)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("billing sqlitestore: aggregate: %w", err)
@@ -198,7 +201,7 @@ func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD fl
 			return 0, fmt.Errorf("billing sqlitestore: aggregate: %w", err)
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO billing_outbox (tenant_id, hour_ms, seq, identifier, requests, tokens,
-			billed_usd, value, created_ms, next_attempt_ms) VALUES (?, ?, ?, ?, 0, 0, 0, 0, ?, ?)`,
+			billed_nano, value, created_ms, next_attempt_ms) VALUES (?, ?, ?, ?, 0, 0, 0, 0, ?, ?)`,
 			g.tenant, g.hour, seq, billing.OutboxIdentifier(g.tenant, fromMs(g.hour), seq), toMs(now), toMs(now))
 		if err != nil {
 			return 0, fmt.Errorf("billing sqlitestore: aggregate: %w", err)
@@ -213,10 +216,10 @@ func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD fl
 		}
 		var (
 			reqs, toks int64
-			billed     float64
+			whole, rem int64
 		)
 		if err := tx.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(prompt_tokens + output_tokens), 0),
-			coalesce(sum(billed_usd), 0) FROM billing_usage WHERE outbox_id = ?`, id).Scan(&reqs, &toks, &billed); err != nil {
+			`+sumNano("billed_nano")+` FROM billing_usage WHERE outbox_id = ?`, id).Scan(&reqs, &toks, &whole, &rem); err != nil {
 			return 0, fmt.Errorf("billing sqlitestore: aggregate: %w", err)
 		}
 		if reqs == 0 {
@@ -225,8 +228,9 @@ func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD fl
 			}
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE billing_outbox SET requests = ?, tokens = ?, billed_usd = ?, value = ? WHERE id = ?`,
-			reqs, toks, billed, int64(math.Round(billed/unitUSD)), id); err != nil {
+		billed := joinNano(whole, rem)
+		if _, err := tx.ExecContext(ctx, `UPDATE billing_outbox SET requests = ?, tokens = ?, billed_nano = ?, value = ? WHERE id = ?`,
+			reqs, toks, int64(billed), billed.Units(unit), id); err != nil {
 			return 0, fmt.Errorf("billing sqlitestore: aggregate: %w", err)
 		}
 		n++
@@ -241,7 +245,7 @@ func (s *Store) Aggregate(ctx context.Context, cutoff, now time.Time, unitUSD fl
 // tenant has a Stripe customer, oldest first.
 func (s *Store) PendingOutbox(ctx context.Context, now time.Time, limit int) ([]billing.OutboxItem, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT o.id, o.tenant_id, a.stripe_customer_id, o.hour_ms, o.seq, o.identifier,
-		o.requests, o.tokens, o.billed_usd, o.value, o.attempts
+		o.requests, o.tokens, o.billed_nano, o.value, o.attempts
 		FROM billing_outbox o JOIN billing_accounts a ON a.tenant_id = o.tenant_id
 		WHERE o.sent_ms IS NULL AND o.next_attempt_ms <= ? AND a.stripe_customer_id IS NOT NULL
 		ORDER BY o.hour_ms, o.id LIMIT ?`, toMs(now), limit)
@@ -252,14 +256,14 @@ func (s *Store) PendingOutbox(ctx context.Context, now time.Time, limit int) ([]
 	var out []billing.OutboxItem
 	for rows.Next() {
 		var (
-			o    billing.OutboxItem
-			hour int64
+			o            billing.OutboxItem
+			hour, billed int64
 		)
 		if err := rows.Scan(&o.ID, &o.TenantID, &o.CustomerID, &hour, &o.Seq, &o.Identifier,
-			&o.Requests, &o.Tokens, &o.BilledUSD, &o.Value, &o.Attempts); err != nil {
+			&o.Requests, &o.Tokens, &billed, &o.Value, &o.Attempts); err != nil {
 			return nil, fmt.Errorf("billing sqlitestore: pending outbox: %w", err)
 		}
-		o.Hour = fromMs(hour)
+		o.Hour, o.Billed = fromMs(hour), billing.Nano(billed)
 		out = append(out, o)
 	}
 	return out, rows.Err()

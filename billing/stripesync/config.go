@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/url"
 	"time"
+
+	"github.com/routebalance/routebalance/billing"
 )
 
 // Secret is a credential that prints redacted.
@@ -41,7 +43,8 @@ type Config struct {
 	// APIBaseURL is Stripe's API origin; tests point it at stripe-mock.
 	APIBaseURL string
 	// UnitUSD is what one unit of the meter's value is worth: the value
-	// sent is round(billed USD / UnitUSD). The default 0.000001 reports
+	// sent is round(billed / UnitUSD), computed in nano-USD integers, so
+	// UnitUSD must be at least 1e-9. The default 0.000001 reports
 	// micro-dollars; price the meter at $0.000001 per unit.
 	UnitUSD float64
 	// AggregateEvery is how often closed hours are moved to the outbox.
@@ -90,8 +93,8 @@ func (c Config) Enabled() bool { return c.SecretKey != "" }
 // Validate reports unusable settings.
 func (c Config) Validate() error {
 	switch {
-	case c.UnitUSD <= 0:
-		return errors.New("stripesync: UnitUSD must be > 0")
+	case !(c.UnitUSD >= 1e-9) || c.UnitUSD > billing.MaxUSD:
+		return errors.New("stripesync: UnitUSD must be between 1e-9 and 9e9")
 	case c.AggregateEvery <= 0 || c.DrainEvery <= 0 || c.RefreshEvery <= 0:
 		return errors.New("stripesync: AggregateEvery, DrainEvery and RefreshEvery must be > 0")
 	case c.MinBackoff <= 0 || c.MaxBackoff < c.MinBackoff:

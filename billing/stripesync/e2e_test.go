@@ -127,8 +127,8 @@ func signupMeterUsageAndStripe(t *testing.T, rec *recorder, base string, now tim
 	if len(rep.Rows) != 1 || rep.Rows[0].Group != "llama" || rep.Rows[0].Requests != 5 || rep.Rows[0].Tokens != 600 {
 		t.Fatalf("usage rows = %+v, want one llama row with 5 requests and 600 tokens", rep.Rows)
 	}
-	if got := rep.Total.BilledUSD; got < 0.015-1e-12 || got > 0.015+1e-12 {
-		t.Errorf("billed = %v, want 5 × 0.002 × 1.5 = 0.015", got)
+	if got := rep.Total.Billed; got != 15_000_000 || rep.Total.BilledUSD != 0.015 {
+		t.Errorf("billed = %d nano (%v USD), want exactly 5 × 0.002 × 1.5 = 0.015", got, rep.Total.BilledUSD)
 	}
 	// Without from/to the range is the clock's month so far (a minute on:
 	// the meter stamped the events with the clock's now, and to is exclusive).

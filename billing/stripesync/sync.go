@@ -196,9 +196,10 @@ func (s *Syncer) Overview(ctx context.Context, tenantID string) (billing.Overvie
 		Plan:             "none",
 		PeriodStart:      start,
 		PeriodEnd:        start.AddDate(0, 1, 0),
-		SpendUSD:         s.d.Guard.Spent(tenantID),
 		Suspended:        s.d.Guard.Suspended(tenantID),
 	}
+	ov.Spend = s.d.Guard.Spent(tenantID)
+	ov.SpendUSD = ov.Spend.USD()
 	a, err := s.d.Accounts.Account(ctx, tenantID)
 	if err != nil && !errors.Is(err, billing.ErrNotFound) {
 		return ov, err

@@ -215,10 +215,10 @@ func TestOutboxDrainRetriesAndNeverDoubleReports(t *testing.T) {
 			t.Fatal(err)
 		}
 		evs := []billing.UsageEvent{
-			{RequestID: name + "-1", TenantID: tenant, BilledUSD: 0.25, PromptTokens: 100, StartedAt: hour.Add(time.Minute), FinishedAt: hour.Add(time.Minute)},
-			{RequestID: name + "-2", TenantID: tenant, BilledUSD: 0.5, OutputTokens: 50, StartedAt: hour.Add(2 * time.Minute), FinishedAt: hour.Add(2 * time.Minute)},
+			{RequestID: name + "-1", TenantID: tenant, Billed: 250_000_000, PromptTokens: 100, StartedAt: hour.Add(time.Minute), FinishedAt: hour.Add(time.Minute)},
+			{RequestID: name + "-2", TenantID: tenant, Billed: 500_000_000, OutputTokens: 50, StartedAt: hour.Add(2 * time.Minute), FinishedAt: hour.Add(2 * time.Minute)},
 			// the current (open) hour is not aggregated yet
-			{RequestID: name + "-3", TenantID: tenant, BilledUSD: 9, StartedAt: hour.Add(65 * time.Minute), FinishedAt: hour.Add(65 * time.Minute)},
+			{RequestID: name + "-3", TenantID: tenant, Billed: 9 * billing.NanoPerUSD, StartedAt: hour.Add(65 * time.Minute), FinishedAt: hour.Add(65 * time.Minute)},
 		}
 		if _, err := s.Insert(ctx, evs); err != nil {
 			t.Fatal(err)
@@ -257,7 +257,7 @@ func TestOutboxDrainRetriesAndNeverDoubleReports(t *testing.T) {
 		}
 
 		// A late event of the closed hour goes out as a supplement with its own identifier.
-		late := billing.UsageEvent{RequestID: name + "-4", TenantID: tenant, BilledUSD: 0.125, StartedAt: hour.Add(50 * time.Minute), FinishedAt: hour.Add(50 * time.Minute)}
+		late := billing.UsageEvent{RequestID: name + "-4", TenantID: tenant, Billed: 125_000_000, StartedAt: hour.Add(50 * time.Minute), FinishedAt: hour.Add(50 * time.Minute)}
 		if _, err := s.Insert(ctx, []billing.UsageEvent{late}); err != nil {
 			t.Fatal(err)
 		}
