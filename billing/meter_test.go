@@ -364,3 +364,28 @@ func TestGuardSeesOtherReplicas(t *testing.T) {
 		}
 	})
 }
+
+// TestMeterReplaysLegacyFloatSpillLines writes a spill file the way the
+// meter did before money became integers (CostUSD/BilledUSD floats) and
+// checks the next meter stores the amounts as exact nano-USD.
+func TestMeterReplaysLegacyFloatSpillLines(t *testing.T) {
+	e := sqliteEngine(t, billingtest.SQLite(t))
+	dir := t.TempDir()
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	lines := `{"RequestID":"old-1","TenantID":"t1","CostUSD":0.001,"BilledUSD":0.0025,"StartedAt":"` + now + `","FinishedAt":"` + now + `"}
+{"RequestID":"old-2","TenantID":"t1","CostUSD":0.5,"BilledUSD":0,"StartedAt":"` + now + `","FinishedAt":"` + now + `"}
+{"RequestID":"torn","Ten`
+	if err := os.WriteFile(filepath.Join(dir, "meter-spill.jsonl"), []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := billing.NewMeter(testConfig(dir), e.ledger, billing.NewGuard(nil, time.Hour), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runMeter(t, m)
+	waitFor(t, "leftover replayed", func() bool { return m.Stats().Written == 2 })
+	rows, billed := e.count(t)
+	if rows != 2 || billed != 2_500_000 {
+		t.Errorf("rows %d billed %d, want 2 rows and exactly 2 500 000 nano-USD", rows, billed)
+	}
+}

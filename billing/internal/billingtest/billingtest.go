@@ -47,6 +47,19 @@ func randHex(n int) string {
 // it when the test ends. It returns the schema name.
 func PGSchema(t testing.TB) string {
 	t.Helper()
+	schema := PGEmptySchema(t)
+	pool := PGPoolAt(t, DatabaseURL(), schema)
+	if _, err := migrations.ApplyPostgres(context.Background(), pool); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	pool.Close()
+	return schema
+}
+
+// PGEmptySchema creates a fresh schema without any migration (for tests of
+// a migration itself) and drops it when the test ends.
+func PGEmptySchema(t testing.TB) string {
+	t.Helper()
 	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, DatabaseURL())
 	if err != nil {
@@ -70,11 +83,6 @@ func PGSchema(t testing.TB) string {
 		}
 		admin.Close()
 	})
-	pool := PGPoolAt(t, DatabaseURL(), schema)
-	if _, err := migrations.ApplyPostgres(ctx, pool); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	pool.Close()
 	return schema
 }
 
@@ -104,15 +112,22 @@ func PG(t testing.TB) *pgxpool.Pool {
 // SQLite opens a fresh migrated database file in the test's temp dir.
 func SQLite(t testing.TB) *sql.DB {
 	t.Helper()
+	db := SQLiteEmpty(t)
+	if _, err := migrations.ApplySQLite(context.Background(), db); err != nil {
+		t.Fatalf("migrate sqlite: %v", err)
+	}
+	return db
+}
+
+// SQLiteEmpty opens a fresh database file without any migration.
+func SQLiteEmpty(t testing.TB) *sql.DB {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "billing.db")
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
 	if err != nil {
 		t.Fatalf("sqlite: %v", err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if _, err := migrations.ApplySQLite(context.Background(), db); err != nil {
-		t.Fatalf("migrate sqlite: %v", err)
-	}
 	return db
 }
 
