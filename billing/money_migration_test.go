@@ -149,13 +149,12 @@ func TestMigration0102ConvertsAndRepairsMoney(t *testing.T) {
 			// An unsent outbox row whose +Inf amount wrapped to MinInt64, and a
 			// sent fair one that must keep what Stripe was told.
 			inf := "'Infinity'"
-			hourCol, sentCol, extra, extraV := "hour", "sent_at", "", ""
-			if engine == "sqlite" {
-				inf, hourCol, sentCol, extra, extraV = "9e999", "hour_ms", "sent_ms", ", created_ms", ", 0"
-			}
 			hour := "'2026-11-30T10:00:00Z'"
+			// due at the hour (never the database's now(): no real clock)
+			hourCol, sentCol, extra, extraV := "hour", "sent_at", ", next_attempt_at", ", "+hour
 			if engine == "sqlite" {
 				hour = fmt.Sprint(at.UnixMilli())
+				inf, hourCol, sentCol, extra, extraV = "9e999", "hour_ms", "sent_ms", ", created_ms, next_attempt_ms", ", 0, "+hour
 			}
 			for _, o := range []struct{ id, billed, value, sent string }{
 				{"1", inf, "-9223372036854775808", "NULL"},
