@@ -40,6 +40,12 @@ type Config struct {
 	Buffer int
 	// Batch is the largest number of events written in one transaction.
 	Batch int
+	// FlushInterval is how long a writer keeps collecting after the first
+	// event of a batch before it commits: a transaction holds every event
+	// recorded within FlushInterval (or Batch events, whichever comes
+	// first) instead of one per request. 0 writes whatever is queued at
+	// once (one transaction per event at light load).
+	FlushInterval time.Duration
 	// Writers is the number of flusher goroutines (each with its own
 	// transaction in flight).
 	Writers int
@@ -69,6 +75,7 @@ func DefaultConfig() Config {
 	return Config{
 		Buffer:          65536,
 		Batch:           5000,
+		FlushInterval:   10 * time.Millisecond,
 		Writers:         2,
 		ReplayInterval:  250 * time.Millisecond,
 		SpendRefresh:    30 * time.Second,
@@ -88,6 +95,8 @@ func (c Config) Validate() error {
 		return errors.New("billing: Batch must be ≥ 1")
 	case c.Writers < 1:
 		return errors.New("billing: Writers must be ≥ 1")
+	case c.FlushInterval < 0:
+		return errors.New("billing: FlushInterval must be ≥ 0")
 	case c.ReplayInterval <= 0 || c.SpendRefresh <= 0:
 		return errors.New("billing: ReplayInterval and SpendRefresh must be > 0")
 	case c.SpillDir == "":
@@ -266,8 +275,9 @@ func (m *Meter) Run(ctx context.Context) error {
 	return m.shutdown(pending)
 }
 
-// writer is one flusher goroutine: it takes whatever is queued (up to
-// Batch) and writes it in one transaction; the first writer also replays
+// writer is one flusher goroutine: it takes the events recorded within
+// FlushInterval of the first one (up to Batch) and writes them in one
+// transaction; the first writer also replays
 // spill files and reloads the period spend. It returns when ctx ends, with
 // the batch it could not write.
 func (m *Meter) writer(ctx context.Context, first bool) []UsageEvent {
@@ -281,12 +291,18 @@ func (m *Meter) writer(ctx context.Context, first bool) []UsageEvent {
 		refresh = r.C
 	}
 	batch := make([]UsageEvent, 0, m.cfg.Batch)
+	var linger *time.Timer
+	if m.cfg.FlushInterval > 0 {
+		linger = time.NewTimer(time.Hour)
+		linger.Stop()
+		defer linger.Stop()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case ev := <-m.ch:
-			batch = m.fill(append(batch[:0], ev))
+			batch = m.collect(ctx, linger, append(batch[:0], ev))
 			if err := m.write(ctx, batch, true); err != nil {
 				return batch
 			}
@@ -304,6 +320,29 @@ func (m *Meter) writer(ctx context.Context, first bool) []UsageEvent {
 			m.guard.load(period, rows)
 		}
 	}
+}
+
+// collect adds events to batch until it holds Batch events or
+// FlushInterval has passed since its first event (or ctx ends). linger is
+// the writer's timer, nil when FlushInterval is 0 (take what is queued).
+func (m *Meter) collect(ctx context.Context, linger *time.Timer, batch []UsageEvent) []UsageEvent {
+	batch = m.fill(batch)
+	if linger == nil || len(batch) >= m.cfg.Batch {
+		return batch
+	}
+	linger.Reset(m.cfg.FlushInterval)
+	defer linger.Stop()
+	for len(batch) < m.cfg.Batch {
+		select {
+		case ev := <-m.ch:
+			batch = m.fill(append(batch, ev))
+		case <-linger.C:
+			return batch
+		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
 }
 
 // fill adds queued events to batch without waiting, up to Batch.
