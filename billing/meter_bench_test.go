@@ -141,6 +141,7 @@ func runMeterArm(b *testing.B, n int, flush time.Duration, gap time.Duration) me
 		}
 	}
 	var arm meterArm
+	now := time.Now()
 	// Paced: the gateway's shape, events arriving one by one.
 	const producers = 4
 	per := max(n/producers, 1)
@@ -151,7 +152,7 @@ func runMeterArm(b *testing.B, n int, flush time.Duration, gap time.Duration) me
 		go func() {
 			defer wg.Done()
 			for i := range per {
-				m.Record(event(p*per+i, fmt.Sprintf("t%d", p%8)))
+				m.Record(event(now, p*per+i, fmt.Sprintf("t%d", p%8)))
 				time.Sleep(gap)
 			}
 		}()
@@ -165,7 +166,7 @@ func runMeterArm(b *testing.B, n int, flush time.Duration, gap time.Duration) me
 	base := producers * per
 	start := time.Now()
 	for i := range n {
-		m.Record(event(base+i, "burst"))
+		m.Record(event(now, base+i, "burst"))
 	}
 	waitWritten(int64(base + n))
 	arm.burstPerSec = float64(n) / time.Since(start).Seconds()

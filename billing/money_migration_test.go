@@ -222,8 +222,8 @@ func TestMigration0102ConvertsAndRepairsMoney(t *testing.T) {
 			// The wrapped unsent meter value is recomputed from the repaired 0;
 			// the sent row keeps its value.
 			if err := store.(interface {
-				SetCustomer(context.Context, string, string) error
-			}).SetCustomer(ctx, "t1", "cus_1"); err != nil {
+				SetCustomer(context.Context, string, string, time.Time) error
+			}).SetCustomer(ctx, "t1", "cus_1", at); err != nil {
 				t.Fatal(err)
 			}
 			items, err := store.PendingOutbox(ctx, at.Add(24*time.Hour), 10)
