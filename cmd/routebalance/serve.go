@@ -53,6 +53,7 @@ type serveConfig struct {
 	maxAttempts     int
 	cacheMode       string
 	cacheTTL        time.Duration
+	requestTimeout  time.Duration
 	logLevel        slog.Level
 	indexDir        string
 	latencyDir      string
@@ -105,6 +106,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	cttl, _ := time.ParseDuration(env("RESPONSE_CACHE_TTL", respcache.DefaultTTL.String()))
 	fs.DurationVar(&c.cacheTTL, "response-cache-ttl", cttl, "how long a cached answer is served (env ROUTEBALANCE_RESPONSE_CACHE_TTL)")
 	grace, _ := time.ParseDuration(env("SHUTDOWN_TIMEOUT", "30s"))
+	reqTimeout, _ := time.ParseDuration(env("REQUEST_TIMEOUT", api.DefaultConfig().RequestTimeout.String()))
+	fs.DurationVar(&c.requestTimeout, "request-timeout", reqTimeout, "deadline of one request, streams included: an upstream still silent or streaming then is cut off and the request metered as it stands (env ROUTEBALANCE_REQUEST_TIMEOUT)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", grace, "how long in-flight requests and streams may run after SIGINT/SIGTERM (env ROUTEBALANCE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by routebalance index build; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
 	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
@@ -140,8 +143,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	if err := c.tracing.Validate(); err != nil {
 		return c, fmt.Errorf("--otlp-endpoint/--trace-sample-ratio: %w", err)
 	}
-	if c.bodyLimit <= 0 || c.shutdownTimeout <= 0 {
-		return c, errors.New("--body-limit and --shutdown-timeout must be positive")
+	if c.bodyLimit <= 0 || c.shutdownTimeout <= 0 || c.requestTimeout <= 0 {
+		return c, errors.New("--body-limit, --shutdown-timeout and --request-timeout must be positive")
 	}
 	return c, nil
 }
@@ -517,6 +520,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	acfg := api.DefaultConfig()
 	acfg.BodyLimit = cfg.bodyLimit
 	acfg.Inference.MaxAttempts = cfg.maxAttempts
+	acfg.RequestTimeout = cfg.requestTimeout
 	srv := api.New(acfg, deps)
 
 	ln, err := net.Listen("tcp", cfg.addr)
