@@ -38,7 +38,7 @@ func TestAccessLogLine(t *testing.T) {
 		c := s.app.AcquireCtx(fctx)
 		c.Locals(localRequestID, "req-1")
 		c.Locals(localTenantID, "t-1")
-		s.logRequest(c, time.Now())
+		s.logRequest(c, time.Now(), nil)
 		s.app.ReleaseCtx(c)
 		var got map[string]any
 		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
@@ -67,8 +67,8 @@ func TestAccessLogAllocations(t *testing.T) {
 	c.Locals(localRequestID, "req-1")
 	c.Locals(localTenantID, "t-1")
 	start := time.Now()
-	s.logRequest(c, start) // interns the address
-	if n := testing.AllocsPerRun(200, func() { s.logRequest(c, start) }); n > 2 {
+	s.logRequest(c, start, nil) // interns the address
+	if n := testing.AllocsPerRun(200, func() { s.logRequest(c, start, nil) }); n > 2 {
 		t.Errorf("access log allocates %v times per request, want at most 2 (slog's attribute slice and float encoding)", n)
 	}
 }

@@ -392,7 +392,7 @@ func (x *exchange) stream(ctx context.Context, call *dispatch.Call, done func())
 	}
 	endRequest := requestCancel(x.c)
 	log := x.h.log
-	x.c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+	x.c.Context().SetBodyStreamWriter(streamLogged(x.c, func(w *bufio.Writer) {
 		x.writer <- w
 		e := <-ended
 		if e.panic != nil {
@@ -400,7 +400,7 @@ func (x *exchange) stream(ctx context.Context, call *dispatch.Call, done func())
 		}
 		endRequest()
 		x.endRoot(e.status)
-	})
+	}))
 	return true, nil
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 )
 
 // Locals keys.
@@ -21,6 +23,7 @@ const (
 	localCancel    = "rb.cancel"
 	localErrLogged = "rb.err"
 	localTraceID   = "rb.trace_id"
+	localStreamLog = "rb.stream_log"
 )
 
 // HeaderRequestID carries the request id in both directions.
@@ -68,15 +71,28 @@ func requestIDOf(c *fiber.Ctx) string {
 // accessLog writes one JSON line per request after it is answered. Errors
 // returned by handlers are turned into responses here, so the logged status
 // is the one the client got.
+//
+// A streamed response (written by a body stream writer after the handler
+// has returned) is logged when the stream ends, with its real duration
+// and the bytes sent: the handler wraps its writer with streamLogged. A
+// stream written without it is logged at once, without bytes_out.
 func (s *Server) accessLog(c *fiber.Ctx) error {
 	start := time.Now()
+	c.Locals(localStreamLog, accessLogOn{})
 	err := c.Next()
 	if err != nil {
 		if werr := s.errorHandler(c, err); werr != nil {
 			s.log.Error("write error response", slog.Any("err", werr))
 		}
 	}
-	s.logRequest(c, start)
+	if sl, ok := c.Locals(localStreamLog).(*streamLog); ok {
+		defer close(sl.ready)
+		if c.Response().IsBodyStream() {
+			s.logRequest(c, start, sl)
+			return nil
+		}
+	}
+	s.logRequest(c, start, nil)
 	return nil
 }
 
@@ -87,7 +103,9 @@ func (s *Server) accessLog(c *fiber.Ctx) error {
 // (slog itself allocates twice per line: its Record keeps five attributes
 // inline and spills the rest into one slice, and its JSON handler encodes
 // a float through encoding/json). Nothing is built when the level is off.
-func (s *Server) logRequest(c *fiber.Ctx, start time.Time) {
+// With sl (a stream wrapped by streamLogged) the line is handed to sl, to
+// be written when the stream ends.
+func (s *Server) logRequest(c *fiber.Ctx, start time.Time, sl *streamLog) {
 	status := c.Response().StatusCode()
 	level := slog.LevelInfo
 	if status >= 500 {
@@ -120,6 +138,12 @@ func (s *Server) logRequest(c *fiber.Ctx, start time.Time) {
 		if e, ok := c.Locals(localErrLogged).(string); ok {
 			attrs = append(attrs, slog.String("err", e))
 		}
+	}
+	if sl != nil {
+		sl.log, sl.start, sl.level = s.log, start, level
+		sl.attrs = append(make([]slog.Attr, 0, len(attrs)+2), attrs...)
+		sl.deferred = true
+		return
 	}
 	s.log.LogAttrs(ctx, level, "http request", attrs...)
 }
@@ -205,4 +229,76 @@ func requestCancel(c *fiber.Ctx) context.CancelFunc {
 		return take()
 	}
 	return func() {}
+}
+
+// accessLogOn marks (in Locals) a request the access log will write a line
+// for, so streamLogged may take the line over.
+type accessLogOn struct{}
+
+// streamLog is the access-log line of one streamed response: accessLog
+// fills it when the handler returns (then closes ready); the stream writer
+// wrapped by streamLogged writes it when the stream ends. Only streams
+// allocate one.
+type streamLog struct {
+	ready    chan struct{}
+	deferred bool // set before ready is closed: there is a line to write
+	log      *slog.Logger
+	start    time.Time
+	level    slog.Level
+	attrs    []slog.Attr
+}
+
+// streamLogged wraps a response body stream writer so that the request's
+// access-log line is written when the stream ends (the last byte is sent,
+// or the relay stopped because the client left), with the stream's
+// duration and the bytes written, instead of when the handler returns.
+// Bytes reach the connection exactly when sw flushes, as before. Outside
+// the access log (no accessLog in the chain) it returns sw unchanged.
+func streamLogged(c *fiber.Ctx, sw fasthttp.StreamWriter) fasthttp.StreamWriter {
+	if _, ok := c.Locals(localStreamLog).(accessLogOn); !ok {
+		return sw
+	}
+	sl := &streamLog{ready: make(chan struct{})}
+	c.Locals(localStreamLog, sl)
+	return func(w *bufio.Writer) {
+		cw := &countingFlusher{w: w}
+		bw := bufio.NewWriterSize(cw, w.Size())
+		defer func() {
+			bw.Flush() //nolint:errcheck // a departed client: nothing to do
+			// fasthttp runs sw on its own goroutine as soon as it is set:
+			// wait until the handler returned and accessLog filled sl.
+			<-sl.ready
+			if !sl.deferred {
+				return
+			}
+			attrs := append(sl.attrs, slog.Int64("bytes_out", cw.n), slog.Bool("stream", true))
+			for i := range attrs {
+				if attrs[i].Key == "duration_ms" {
+					attrs[i] = slog.Float64("duration_ms", float64(time.Since(sl.start).Microseconds())/1000)
+				}
+			}
+			sl.log.LogAttrs(context.Background(), sl.level, "http request", attrs...)
+		}()
+		sw(bw)
+	}
+}
+
+// countingFlusher passes every write through to w and flushes it, so the
+// stream writer's own Flush still pushes bytes to the client; it counts
+// what was sent.
+type countingFlusher struct {
+	w *bufio.Writer
+	n int64
+}
+
+func (f *countingFlusher) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err == nil {
+		err = f.w.Flush()
+	}
+	if err != nil {
+		return n, err
+	}
+	f.n += int64(n)
+	return n, nil
 }
