@@ -444,7 +444,7 @@ func TestSDKChatCompletion(t *testing.T) {
 	ev := evs[0]
 	if ev.RequestID != rid || ev.TenantID != "t1" || ev.KeyID != "key-t1" || ev.ClusterID != "cl-t1" || ev.InstanceID != "i1" ||
 		ev.Model != "qwen-7b" || ev.Status != "ok" || ev.HTTPStatus != 200 || ev.OutputTokens != 4 || ev.PromptTokens != 5 ||
-		ev.CostUSD != (5*1+4*2)/1e6 || ev.PredictedQuality != 0.625 {
+		ev.Cost != (5*1+4*2)*1000 || ev.CostUSD != 0 || ev.PredictedQuality != 0.625 { // 5 tokens at $1/M + 4 at $2/M, in nano-USD
 		t.Errorf("usage event %+v", ev)
 	}
 }

@@ -122,7 +122,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	for _, ev := range evs {
 		prompt += float64(ev.PromptTokens)
 		output += float64(ev.OutputTokens)
-		cost += ev.CostUSD
+		cost += ev.Cost.USD()
 	}
 	if output != 6 {
 		t.Fatalf("usage events %+v", evs)

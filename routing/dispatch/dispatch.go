@@ -63,7 +63,7 @@ type Limiter interface {
 
 // Meter receives one usage event per request that reached an instance
 // (served, failed or cut short). Record must not block; it prices the
-// event (BilledUSD is left 0). billing.Meter implements it.
+// event (Billed is left 0). billing.Meter implements it.
 type Meter interface {
 	Record(ev billing.UsageEvent)
 }
@@ -622,7 +622,13 @@ func (j *journey) meter(ctx context.Context, a *routing.Assignment, rel *proxy.R
 	}
 	if rel != nil {
 		ev.PromptTokens, ev.OutputTokens = rel.Outcome.PromptTokens, rel.Outcome.OutputTokens
-		ev.CostUSD = a.Instance.CostUSD(float64(ev.PromptTokens), float64(ev.OutputTokens))
+		// In integers; a price the meter must refuse (non-finite, huge)
+		// goes on as the float cost so the meter logs, counts and zeroes it.
+		if c, err := billing.TokenCost(ev.PromptTokens, ev.OutputTokens, a.Instance.PriceInPerMTok, a.Instance.PriceOutPerMTok); err == nil {
+			ev.Cost = c
+		} else {
+			ev.CostUSD = a.Instance.CostUSD(float64(ev.PromptTokens), float64(ev.OutputTokens))
+		}
 		switch {
 		case rel.Outcome.TTFT > 0:
 			// the client's TTFT: its E2E less the instance's decode time
