@@ -205,6 +205,7 @@ func (s *Server) mountInference(r fiber.Router) {
 	s.recent = h.recent // read by the what-if preview (whatif.go)
 	r.Post("/chat/completions", h.complete(proxy.Chat))
 	r.Post("/completions", h.complete(proxy.Completions))
+	r.Post("/embeddings", h.complete(proxy.Embeddings))
 	r.Get("/models", h.models)
 	r.Get("/models/+", h.model)
 	r.Post("/feedback", h.feedback)

@@ -21,6 +21,7 @@ import (
 	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/respcache"
+	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
 	"github.com/routebalance/routebalance/tenants/limits"
@@ -183,7 +184,8 @@ func (x *exchange) Begin(a *routing.Assignment, _ int) proxy.Writer {
 	return <-x.writer
 }
 
-// complete serves POST /v1/chat/completions and /v1/completions: it
+// complete serves POST /v1/chat/completions, /v1/completions and
+// /v1/embeddings (never streamed, routed to embedding instances): it
 // authenticates and parses the request into a dispatch.Call, runs it and
 // writes the answer.
 func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
@@ -276,7 +278,11 @@ func (h *inference) prepare(ctx context.Context, x *exchange, ep proxy.Endpoint,
 // parseRequest reads the body, then the X-RouteBalance-* headers and the
 // body's "routebalance" object on top of them (the body wins).
 func parseRequest(c *fiber.Ctx, ep proxy.Endpoint) (*completionBody, error) {
-	body, err := parseCompletion(c.BodyRaw(), ep)
+	parse := parseCompletion
+	if ep == proxy.Embeddings {
+		parse = func(raw []byte, _ proxy.Endpoint) (*completionBody, error) { return parseEmbedding(raw) }
+	}
+	body, err := parse(c.BodyRaw(), ep)
 	if err != nil {
 		return nil, err
 	}
@@ -301,6 +307,14 @@ func newCall(x *exchange, ep proxy.Endpoint, weights routing.Weights, arrival ti
 	}
 	if body.rb.priority != nil {
 		req.Priority = *body.rb.priority
+	}
+	if ep == proxy.Embeddings {
+		// Only embedding instances serve it, balanced by load: quality
+		// and output length do not apply to an embedding.
+		req.Kind = routing.KindEmbedding
+		if req.Policy == "" {
+			req.Policy = schedule.PolicyShortestQueue
+		}
 	}
 	spend := billing.Limits{TenantID: p.Tenant.ID, KeyID: p.Key.ID, TenantMonthlyUSD: p.Settings.SLO.MonthlyBudgetUSD}
 	if p.Key.SLO != nil {

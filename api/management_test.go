@@ -203,11 +203,11 @@ func TestManagementFlow(t *testing.T) {
 			t.Fatalf("create instance: %d %s", r.status, r.raw)
 		}
 		iid := r.str("id")
-		if strings.Contains(r.raw, "sk-up") || r.body["has_api_key"] != true || r.body["quality_prior"] != 0.5 {
+		if strings.Contains(r.raw, "sk-up") || r.body["has_api_key"] != true || r.body["quality_prior"] != 0.5 || r.body["kind"] != "chat" {
 			t.Errorf("instance response: %s", r.raw)
 		}
-		r = e.do("PATCH", "/api/v1/clusters/"+cid+"/instances/"+iid, tok, map[string]any{"disabled": true, "quality_prior": 0.7})
-		if r.status != 200 || r.body["disabled"] != true || r.body["quality_prior"] != 0.7 {
+		r = e.do("PATCH", "/api/v1/clusters/"+cid+"/instances/"+iid, tok, map[string]any{"disabled": true, "quality_prior": 0.7, "kind": "embedding"})
+		if r.status != 200 || r.body["disabled"] != true || r.body["quality_prior"] != 0.7 || r.body["kind"] != "embedding" {
 			t.Fatalf("patch instance: %d %s", r.status, r.raw)
 		}
 		r = e.do("GET", "/api/v1/clusters/"+cid, tok, nil)
@@ -345,6 +345,7 @@ func testBadInputs(t *testing.T, db dbtest.Engine) {
 		{"test-connection to metadata", "POST", "/api/v1/clusters/" + ca + "/instances/test-connection", tokA, map[string]any{"base_url": "http://169.254.169.254"}, 400, typeInvalidRequest, "metadata"},
 		{"instance missing model", "POST", "/api/v1/clusters/" + ca + "/instances", tokA, map[string]any{"base_url": "http://203.0.113.1"}, 400, typeInvalidRequest, "model: is required"},
 		{"instance bad prior", "POST", "/api/v1/clusters/" + ca + "/instances", tokA, map[string]any{"base_url": "http://203.0.113.1", "model": "m", "quality_prior": 1.5}, 400, typeInvalidRequest, "quality_prior"},
+		{"instance bad kind", "POST", "/api/v1/clusters/" + ca + "/instances", tokA, map[string]any{"base_url": "http://203.0.113.1", "model": "m", "kind": "rerank"}, 400, typeInvalidRequest, "kind"},
 		{"instance wrong type", "POST", "/api/v1/clusters/" + ca + "/instances", tokA, `{"base_url":"http://203.0.113.1","model":"m","tensor_parallel":"two"}`, 400, typeInvalidRequest, "tensor_parallel must be an integer"},
 		{"unknown route", "GET", "/api/v2/nothing", "", nil, 404, typeNotFound, "no route"},
 		{"wrong method", "PUT", "/healthz", "", nil, 405, typeInvalidRequest, "not allowed"},

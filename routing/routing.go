@@ -123,6 +123,10 @@ type Request struct {
 	Exclude []string
 	// Arrival is when the request reached the router.
 	Arrival time.Time
+	// Kind is what the request needs served: "" or KindChat (chat and
+	// text completions) or KindEmbedding (/v1/embeddings). The scheduler
+	// only considers instances of the same kind.
+	Kind Kind
 }
 
 // Budget is the request's per-request cost budget in USD: the smaller of
@@ -138,6 +142,30 @@ func (r *Request) Budget() float64 {
 
 // AnyModel reports whether the request may be served by any model.
 func (r *Request) AnyModel() bool { return r.Model == "" || r.Model == "auto" }
+
+// Kind is what an instance serves (and what a request needs): chat and
+// text completions, or embeddings. The empty Kind is KindChat.
+type Kind string
+
+// The instance kinds.
+const (
+	KindChat      Kind = "chat"
+	KindEmbedding Kind = "embedding"
+)
+
+// Embedding reports whether k is KindEmbedding.
+func (k Kind) Embedding() bool { return k == KindEmbedding }
+
+// ParseKind reads "chat" or "embedding"; the empty string is KindChat.
+func ParseKind(s string) (Kind, error) {
+	switch Kind(s) {
+	case "", KindChat:
+		return KindChat, nil
+	case KindEmbedding:
+		return KindEmbedding, nil
+	}
+	return KindChat, &FieldError{Field: "kind", Msg: "must be chat or embedding, got " + quote(s)}
+}
 
 // Instance is the static description of one registered inference server.
 type Instance struct {
@@ -159,6 +187,9 @@ type Instance struct {
 	APIKey Secret
 	// Disabled instances are never chosen.
 	Disabled bool
+	// Kind is what the instance serves ("" = KindChat): chat requests are
+	// never routed to an embedding instance, nor embeddings to a chat one.
+	Kind Kind
 }
 
 // Tier names the latency class of an instance: its model on its GPU type.

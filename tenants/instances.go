@@ -14,7 +14,7 @@ import (
 
 // InstanceInput is the body of POST and PATCH on instances; absent fields
 // keep their value (PATCH) or default (POST: tensor_parallel 1,
-// quality_prior 0.5). An api_key of "" removes the upstream key.
+// quality_prior 0.5, kind "chat"). An api_key of "" removes the upstream key.
 type InstanceInput struct {
 	BaseURL         *string  `json:"base_url"`
 	Model           *string  `json:"model"`
@@ -26,6 +26,8 @@ type InstanceInput struct {
 	QualityPrior    *float64 `json:"quality_prior"`
 	Disabled        *bool    `json:"disabled"`
 	APIKey          *string  `json:"api_key"`
+	// Kind is "chat" or "embedding".
+	Kind *string `json:"kind"`
 }
 
 // DefaultQualityPrior is an instance's quality_prior when none is given.
@@ -91,6 +93,13 @@ func (s *Service) applyInstance(ctx context.Context, in *Instance, p InstanceInp
 	if p.Disabled != nil {
 		in.Disabled = *p.Disabled
 	}
+	if p.Kind != nil {
+		k, err := routing.ParseKind(*p.Kind)
+		if err != nil {
+			return fieldErr("kind", "must be \"chat\" or \"embedding\", got %q", *p.Kind)
+		}
+		in.Kind = k
+	}
 	if p.APIKey != nil {
 		if *p.APIKey == "" {
 			in.SealedAPIKey, in.HasAPIKey = nil, false
@@ -124,7 +133,7 @@ func (s *Service) CreateInstance(ctx context.Context, tenantID, clusterID string
 		return Instance{}, fieldErr("model", "is required")
 	}
 	now := s.now()
-	in := Instance{ID: newID(), ClusterID: clusterID, TensorParallel: 1, QualityPrior: DefaultQualityPrior, CreatedAt: now, UpdatedAt: now}
+	in := Instance{ID: newID(), ClusterID: clusterID, TensorParallel: 1, QualityPrior: DefaultQualityPrior, Kind: routing.KindChat, CreatedAt: now, UpdatedAt: now}
 	if err := s.applyInstance(ctx, &in, p); err != nil {
 		return Instance{}, err
 	}

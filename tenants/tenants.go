@@ -106,19 +106,23 @@ type Cluster struct {
 // Instance is one registered inference server. APIKey holds the decrypted
 // upstream credential when loaded for routing and is never serialised.
 type Instance struct {
-	ID              string         `json:"id"`
-	ClusterID       string         `json:"cluster_id"`
-	BaseURL         string         `json:"base_url"`
-	Model           string         `json:"model"`
-	GPU             string         `json:"gpu"`
-	TensorParallel  int            `json:"tensor_parallel"`
-	PriceInPerMTok  float64        `json:"price_in_per_mtok"`
-	PriceOutPerMTok float64        `json:"price_out_per_mtok"`
-	MaxConcurrency  int            `json:"max_concurrency"`
-	QualityPrior    float64        `json:"quality_prior"`
-	Disabled        bool           `json:"disabled"`
-	HasAPIKey       bool           `json:"has_api_key"`
-	APIKey          routing.Secret `json:"-"`
+	ID              string  `json:"id"`
+	ClusterID       string  `json:"cluster_id"`
+	BaseURL         string  `json:"base_url"`
+	Model           string  `json:"model"`
+	GPU             string  `json:"gpu"`
+	TensorParallel  int     `json:"tensor_parallel"`
+	PriceInPerMTok  float64 `json:"price_in_per_mtok"`
+	PriceOutPerMTok float64 `json:"price_out_per_mtok"`
+	MaxConcurrency  int     `json:"max_concurrency"`
+	QualityPrior    float64 `json:"quality_prior"`
+	Disabled        bool    `json:"disabled"`
+	// Kind is "chat" (chat and text completions, the default) or
+	// "embedding" (/v1/embeddings); requests are only routed to
+	// instances of their kind.
+	Kind      routing.Kind   `json:"kind"`
+	HasAPIKey bool           `json:"has_api_key"`
+	APIKey    routing.Secret `json:"-"`
 	// SealedAPIKey is the upstream key encrypted with AES-256-GCM (see
 	// Sealer); it is what the stores keep. Empty when there is no key.
 	SealedAPIKey []byte    `json:"-"`
@@ -182,5 +186,6 @@ func (in *Instance) Routing() routing.Instance {
 		QualityPrior:    in.QualityPrior,
 		APIKey:          in.APIKey,
 		Disabled:        in.Disabled,
+		Kind:            in.Kind,
 	}
 }

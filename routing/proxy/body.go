@@ -93,6 +93,11 @@ func rewriteBody(call *Call, model string) ([]byte, error) {
 		out = append(out, '"', ':')
 	}
 	var seenModel, seenOpts, clampedA, clampedB bool
+	if call.Endpoint == Embeddings { // an embedding has no output to clamp
+		c := *call
+		c.MaxTokens, c.Stream = 0, false
+		call = &c
+	}
 	for i, m := range members {
 		if repeated(members, i) {
 			continue

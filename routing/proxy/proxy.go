@@ -35,6 +35,9 @@ type Endpoint string
 const (
 	Chat        Endpoint = "/v1/chat/completions"
 	Completions Endpoint = "/v1/completions"
+	// Embeddings is never streamed and takes no max_tokens clamp; its
+	// answer's usage has prompt_tokens only (0 output tokens).
+	Embeddings Endpoint = "/v1/embeddings"
 )
 
 // Config holds the upstream client's settings. The zero value of a field

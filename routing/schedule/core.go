@@ -603,7 +603,7 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 	anyM := r.AnyModel()
 	for i := range c.view {
 		v := &c.view[i]
-		if !anyM && v.inst.Model != r.Model {
+		if (!anyM && v.inst.Model != r.Model) || v.inst.Kind.Embedding() != r.Kind.Embedding() {
 			continue
 		}
 		anyModel = true

@@ -510,18 +510,26 @@ func (s *Store) DeleteCluster(ctx context.Context, tenantID, id string) error {
 
 // ---- instances ----
 
-const instanceCols = "id, cluster_id, base_url, model, gpu, tensor_parallel, price_in_per_mtok, price_out_per_mtok, max_concurrency, quality_prior, disabled, api_key_sealed, created_at, updated_at"
+const instanceCols = "id, cluster_id, base_url, model, gpu, tensor_parallel, price_in_per_mtok, price_out_per_mtok, max_concurrency, quality_prior, disabled, api_key_sealed, created_at, updated_at, kind"
 
 func scanInstance(row interface{ Scan(...any) error }) (tenants.Instance, error) {
 	var in tenants.Instance
 	err := row.Scan(&in.ID, &in.ClusterID, &in.BaseURL, &in.Model, &in.GPU, &in.TensorParallel,
 		&in.PriceInPerMTok, &in.PriceOutPerMTok, &in.MaxConcurrency, &in.QualityPrior, &in.Disabled,
-		&in.SealedAPIKey, reqTime{&in.CreatedAt}, reqTime{&in.UpdatedAt})
+		&in.SealedAPIKey, reqTime{&in.CreatedAt}, reqTime{&in.UpdatedAt}, &in.Kind)
 	if err != nil {
 		return in, notFound(err)
 	}
 	in.HasAPIKey = len(in.SealedAPIKey) > 0
 	return in, nil
+}
+
+// kindArg stores an instance's kind; the empty Kind is "chat".
+func kindArg(k routing.Kind) string {
+	if k == "" {
+		return string(routing.KindChat)
+	}
+	return string(k)
 }
 
 func sealedArg(b []byte) any {
@@ -539,9 +547,9 @@ func (s *Store) CreateInstance(ctx context.Context, tenantID string, in tenants.
 		if err := tx.QueryRowContext(ctx, s.q("SELECT 1 FROM clusters WHERE tenant_id = ? AND id = ?"), tenantID, in.ClusterID).Scan(&one); err != nil {
 			return notFound(err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO instances (tenant_id, "+instanceCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO instances (tenant_id, "+instanceCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
 			tenantID, in.ID, in.ClusterID, in.BaseURL, in.Model, in.GPU, in.TensorParallel, in.PriceInPerMTok, in.PriceOutPerMTok,
-			in.MaxConcurrency, in.QualityPrior, in.Disabled, sealedArg(in.SealedAPIKey), s.t(in.CreatedAt), s.t(in.UpdatedAt)); err != nil {
+			in.MaxConcurrency, in.QualityPrior, in.Disabled, sealedArg(in.SealedAPIKey), s.t(in.CreatedAt), s.t(in.UpdatedAt), kindArg(in.Kind)); err != nil {
 			return err
 		}
 		return s.bump(ctx, tx, tenantID)
@@ -560,9 +568,9 @@ func (s *Store) Instance(ctx context.Context, tenantID, clusterID, id string) (t
 
 // UpdateInstance implements tenants.InstanceStore.
 func (s *Store) UpdateInstance(ctx context.Context, tenantID string, in tenants.Instance) error {
-	return s.mutate(ctx, tenantID, "UPDATE instances SET base_url = ?, model = ?, gpu = ?, tensor_parallel = ?, price_in_per_mtok = ?, price_out_per_mtok = ?, max_concurrency = ?, quality_prior = ?, disabled = ?, api_key_sealed = ?, updated_at = ? WHERE tenant_id = ? AND cluster_id = ? AND id = ?",
+	return s.mutate(ctx, tenantID, "UPDATE instances SET base_url = ?, model = ?, gpu = ?, tensor_parallel = ?, price_in_per_mtok = ?, price_out_per_mtok = ?, max_concurrency = ?, quality_prior = ?, disabled = ?, api_key_sealed = ?, updated_at = ?, kind = ? WHERE tenant_id = ? AND cluster_id = ? AND id = ?",
 		in.BaseURL, in.Model, in.GPU, in.TensorParallel, in.PriceInPerMTok, in.PriceOutPerMTok, in.MaxConcurrency, in.QualityPrior,
-		in.Disabled, sealedArg(in.SealedAPIKey), s.t(in.UpdatedAt), tenantID, in.ClusterID, in.ID)
+		in.Disabled, sealedArg(in.SealedAPIKey), s.t(in.UpdatedAt), kindArg(in.Kind), tenantID, in.ClusterID, in.ID)
 }
 
 // DeleteInstance implements tenants.InstanceStore.

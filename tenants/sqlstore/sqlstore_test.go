@@ -120,7 +120,7 @@ func TestStore(t *testing.T) {
 		})
 
 		inA := tenants.Instance{ID: "inst-a", ClusterID: ca.ID, BaseURL: "http://10.0.0.1:8000", Model: "qwen-7b", GPU: "L4", TensorParallel: 1,
-			PriceInPerMTok: 0.1, PriceOutPerMTok: 0.2, MaxConcurrency: 8, QualityPrior: 0.5, SealedAPIKey: []byte{1, 2, 3}, HasAPIKey: true, CreatedAt: t0, UpdatedAt: t0}
+			PriceInPerMTok: 0.1, PriceOutPerMTok: 0.2, MaxConcurrency: 8, QualityPrior: 0.5, Kind: routing.KindChat, SealedAPIKey: []byte{1, 2, 3}, HasAPIKey: true, CreatedAt: t0, UpdatedAt: t0}
 
 		t.Run("instances", func(t *testing.T) {
 			if err := s.CreateInstance(ctx, a.ID, inA); err != nil {
@@ -141,6 +141,7 @@ func TestStore(t *testing.T) {
 			}
 			upd := inA
 			upd.Disabled, upd.SealedAPIKey, upd.HasAPIKey, upd.UpdatedAt = true, nil, false, t0.Add(time.Hour)
+			upd.Kind = routing.KindEmbedding // the kind is persisted
 			v0 := version(t, s, a.ID)
 			if err := s.UpdateInstance(ctx, a.ID, upd); err != nil {
 				t.Fatal(err)
