@@ -554,6 +554,8 @@ func TestRewrite(t *testing.T) {
 			`{"mod\u0065l":"auto","n":1}`, `{"model":"served","n":1}`},
 		{"clamp adds max_tokens", Call{Endpoint: Chat, MaxTokens: 10},
 			`{"model":"auto"}`, `{"model":"served","max_tokens":10}`},
+		{"embeddings: no clamp, no stream options", Call{Endpoint: Embeddings, MaxTokens: 10, Stream: true},
+			`{"model":"auto","input":["a","b"]}`, `{"model":"served","input":["a","b"]}`},
 		{"clamp lowers max_tokens", Call{Endpoint: Completions, MaxTokens: 10},
 			`{"model":"auto","max_tokens":500}`, `{"model":"served","max_tokens":10}`},
 		{"tighter client limit kept", Call{Endpoint: Chat, MaxTokens: 10},
