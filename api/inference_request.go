@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 	"unsafe"
 
@@ -43,8 +42,8 @@ type completionBody struct {
 	rb           overrides // filled by the handler: headers, then the body's "routebalance"
 }
 
-// parseCompletion validates the JSON body of a chat (chat=true) or text
-// completion request. The body is checked once (json.Valid) and then read
+// parseCompletion validates the JSON body of a chat (ep proxy.Chat) or
+// text completion (proxy.Completions) request. The body is checked once (json.Valid) and then read
 // in place with jsonscan: no member is decoded twice and none is copied
 // except the strings routing keeps (model, prompt). The answers are those
 // of decoding it with encoding/json (repeated keys: the last one counts).
@@ -278,9 +277,10 @@ func (b *completionBody) parseMessages() error {
 		return badParam("messages", "must contain at least one message")
 	}
 	b.prompt = joinText(parts)
-	// ChatML-style framing costs about 4 tokens per message plus 3 to
-	// prime the reply.
-	b.promptTokens = estimateTokens(b.prompt) + 4*n + 3
+	// routing's one estimate (the simulator's and the emulator's): the
+	// text, plus the chat template's tokens per message and the priming
+	// tokens; for one message it is routing.EstimateChatTokens exactly.
+	b.promptTokens = routing.EstimateTokens(b.prompt) + routing.ChatTemplateTokens*n + routing.ChatPrimingTokens
 	return nil
 }
 
@@ -337,7 +337,7 @@ func (b *completionBody) parsePrompt() error {
 		return badParam("prompt", "you must provide a prompt parameter")
 	}
 	if s, ok := jsonString(raw); ok {
-		b.prompt, b.promptTokens = s, estimateTokens(s)
+		b.prompt, b.promptTokens = s, routing.EstimateTokens(s)
 		return nil
 	}
 	var ss []string
@@ -345,7 +345,7 @@ func (b *completionBody) parsePrompt() error {
 		var text strings.Builder
 		for _, p := range ss {
 			appendPrompt(&text, p)
-			b.promptTokens += estimateTokens(p)
+			b.promptTokens += routing.EstimateTokens(p)
 		}
 		b.prompt = text.String()
 		return nil
@@ -376,27 +376,6 @@ func appendPrompt(sb *strings.Builder, s string) {
 	sb.WriteString(s)
 }
 
-// estimateTokens guesses a text's token count without a tokenizer: a
-// character of a CJK or other ideographic/syllabic script is about one
-// token, other text about four characters per token (the usual figure for
-// English with BPE vocabularies). It is used to price the prompt before
-// the instance reports the exact count.
-func estimateTokens(s string) int {
-	if s == "" {
-		return 0
-	}
-	wide, other := 0, 0
-	for _, r := range s {
-		if r >= 0x2E80 && (unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) ||
-			unicode.Is(unicode.Katakana, r) || unicode.Is(unicode.Hangul, r)) {
-			wide++
-		} else {
-			other++
-		}
-	}
-	return wide + (other+3)/4
-}
-
 // overrides are a request's own routing options, from X-RouteBalance-*
 // headers and the body's "routebalance" object (the body wins when both
 // set the same option).
@@ -408,13 +387,6 @@ type overrides struct {
 	budgetUSD  float64
 	ttft, tpot time.Duration
 	policy     string
-}
-
-// knownPolicies are the policies a request may ask for; "oracle" reads
-// true labels and exists only in simulation.
-var knownPolicies = map[string]bool{
-	"routebalance": true, "round-robin": true, "shortest-queue": true,
-	"quality-only": true, "threshold": true, "chimera": true,
 }
 
 // rbBody is the JSON form of the "routebalance" body object.
@@ -623,8 +595,8 @@ func setMs(dst *time.Duration, param string, ms float64) error {
 
 func (o *overrides) setPolicy(param, v string) error {
 	v = strings.ToLower(strings.TrimSpace(v))
-	if !knownPolicies[v] {
-		return badParam(param, "must be one of routebalance, round-robin, shortest-queue, quality-only, threshold, chimera; got %q", v)
+	if !routing.IsLivePolicy(v) { // "oracle" reads true labels: simulation only
+		return badParam(param, "must be one of %s; got %q", strings.Join(routing.LivePolicies(), ", "), v)
 	}
 	o.policy = v
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/proxy"
 )
 
@@ -237,7 +238,7 @@ func (b *oldBody) oldParseMessages() error {
 	b.prompt = text.String()
 	// ChatML-style framing costs about 4 tokens per message plus 3 to
 	// prime the reply.
-	b.promptTokens = estimateTokens(b.prompt) + 4*len(msgs) + 3
+	b.promptTokens = routing.EstimateTokens(b.prompt) + routing.ChatTemplateTokens*len(msgs) + routing.ChatPrimingTokens
 	return nil
 }
 
@@ -248,7 +249,7 @@ func (b *oldBody) oldParsePrompt() error {
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		b.prompt, b.promptTokens = s, estimateTokens(s)
+		b.prompt, b.promptTokens = s, routing.EstimateTokens(s)
 		return nil
 	}
 	var ss []string
@@ -256,7 +257,7 @@ func (b *oldBody) oldParsePrompt() error {
 		var text strings.Builder
 		for _, p := range ss {
 			appendPrompt(&text, p)
-			b.promptTokens += estimateTokens(p)
+			b.promptTokens += routing.EstimateTokens(p)
 		}
 		b.prompt = text.String()
 		return nil

@@ -11,19 +11,14 @@ import (
 
 // This file holds the Service's clusters and their policies.
 
-// policyNames are the policies a cluster may select.
-var policyNames = map[string]bool{
-	"routebalance": true, "round-robin": true, "shortest-queue": true,
-	"quality-only": true, "threshold": true, "chimera": true,
-}
-
 func checkPolicy(p routing.PolicyConfig) (routing.PolicyConfig, error) {
 	p.Name = strings.ToLower(strings.TrimSpace(p.Name))
 	if p.Name == "" {
-		p.Name = "routebalance"
+		p.Name = routing.PolicyRouteBalance
 	}
-	if !policyNames[p.Name] {
-		return p, fieldErr("policy.name", "must be routebalance, round-robin, shortest-queue, quality-only, threshold or chimera, got %q", p.Name)
+	if !routing.IsLivePolicy(p.Name) {
+		names := routing.LivePolicies()
+		return p, fieldErr("policy.name", "must be %s or %s, got %q", strings.Join(names[:len(names)-1], ", "), names[len(names)-1], p.Name)
 	}
 	for _, f := range []struct {
 		name string

@@ -339,20 +339,3 @@ func TestZeroLatency(t *testing.T) {
 		t.Errorf("zero latency events = %+v", evs)
 	}
 }
-
-func TestEstimateTokens(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int
-	}{
-		{"", 0},
-		{"a", 1},
-		{"Hello, world!", 4}, // (13/4 + 4×4/3)/2 = 4.29
-		{"The quick brown fox jumps over the lazy dog.", 12}, // (44/4 + 10×4/3)/2 = 12.2
-	}
-	for _, tt := range tests {
-		if got := EstimateTokens(tt.in); got != tt.want {
-			t.Errorf("EstimateTokens(%q) = %d, want %d", tt.in, got, tt.want)
-		}
-	}
-}

@@ -3,8 +3,8 @@ package vllmemu
 import (
 	"math"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/routebalance/routebalance/routing"
 )
 
 // Median returns the task's median output tokens before verbosity; an
@@ -73,59 +73,19 @@ func normal(h uint64) float64 {
 	return math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
 }
 
-// EstimateTokens estimates the token count of text without a tokenizer:
-// the mean of two common rules of thumb for English BPE vocabularies,
-// characters/4 and words×4/3, rounded; non-empty text is at least 1
-// token. Characters are counted as runes; a word is a maximal run of
-// letters/digits, and each other non-space rune (punctuation, symbols)
-// counts as a word of its own, since BPE tokenizers split them off.
-func EstimateTokens(text string) int {
-	if text == "" {
-		return 0
-	}
-	chars := utf8.RuneCountInString(text)
-	words := 0
-	inWord := false
-	for _, r := range text {
-		switch {
-		case unicode.IsLetter(r) || unicode.IsDigit(r):
-			if !inWord {
-				words++
-				inWord = true
-			}
-		case unicode.IsSpace(r):
-			inWord = false
-		default:
-			words++
-			inWord = false
-		}
-	}
-	n := int(math.Round((float64(chars)/4 + float64(words)*4/3) / 2))
-	if n < 1 {
-		n = 1
-	}
-	return n
-}
+// EstimateTokens is routing.EstimateTokens: the emulator counts prompts
+// and answers with the routing path's one estimate, so what the scheduler
+// is told and what the emulated instance reports agree.
+func EstimateTokens(text string) int { return routing.EstimateTokens(text) }
 
-// ChatTemplateTokens is the per-message overhead the chat-prompt estimate
-// adds for role headers and separators (Llama-3-style templates spend 4–5
-// tokens per message), and ChatPrimingTokens the fixed tokens that prime
-// the assistant's answer.
+// ChatTemplateTokens and ChatPrimingTokens are routing's chat overheads.
 const (
-	ChatTemplateTokens = 5
-	ChatPrimingTokens  = 3
+	ChatTemplateTokens = routing.ChatTemplateTokens
+	ChatPrimingTokens  = routing.ChatPrimingTokens
 )
 
-// EstimateChatTokens estimates the prompt tokens of a chat: each message's
-// content by EstimateTokens plus ChatTemplateTokens, plus
-// ChatPrimingTokens.
-func EstimateChatTokens(contents []string) int {
-	n := ChatPrimingTokens
-	for _, c := range contents {
-		n += EstimateTokens(c) + ChatTemplateTokens
-	}
-	return n
-}
+// EstimateChatTokens is routing.EstimateChatTokens.
+func EstimateChatTokens(contents []string) int { return routing.EstimateChatTokens(contents) }
 
 // JoinChat joins message contents into the text the world model hashes and
 // classifies: the contents separated by newlines.

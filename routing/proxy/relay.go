@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/routebalance/routebalance/routing"
 )
@@ -139,9 +138,9 @@ func (r *Response) relayBody(ctx context.Context, w Writer) Result {
 			res.Outcome.OutputTokens = body.Usage.CompletionTokens
 		} else {
 			for _, c := range body.Choices {
-				n := utf8.RuneCountInString(c.Text) + utf8.RuneCountInString(c.Message.Content) +
-					utf8.RuneCountInString(c.Message.ReasoningContent) + len(c.Message.ToolCalls)
-				res.Outcome.OutputTokens += (n + 3) / 4
+				for _, t := range [...]string{c.Text, c.Message.Content, c.Message.ReasoningContent, string(c.Message.ToolCalls)} {
+					res.Outcome.OutputTokens += routing.EstimateTokens(t)
+				}
 			}
 		}
 	}

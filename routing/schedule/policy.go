@@ -8,15 +8,15 @@ import (
 	"github.com/routebalance/routebalance/routing"
 )
 
-// Policy names.
+// Policy names (routing's, the one list of them).
 const (
-	PolicyRouteBalance  = "routebalance"
-	PolicyRoundRobin    = "round-robin"
-	PolicyShortestQueue = "shortest-queue"
-	PolicyQualityOnly   = "quality-only"
-	PolicyThreshold     = "threshold"
-	PolicyChimera       = "chimera"
-	PolicyOracle        = "oracle"
+	PolicyRouteBalance  = routing.PolicyRouteBalance
+	PolicyRoundRobin    = routing.PolicyRoundRobin
+	PolicyShortestQueue = routing.PolicyShortestQueue
+	PolicyQualityOnly   = routing.PolicyQualityOnly
+	PolicyThreshold     = routing.PolicyThreshold
+	PolicyChimera       = routing.PolicyChimera
+	PolicyOracle        = routing.PolicyOracle
 )
 
 // Candidate is one instance that survived the filters for one request,
