@@ -73,9 +73,12 @@ func unauthorized(msg string) error {
 
 var errPanic = errors.New("internal error (panic recovered)")
 
-// errorHandler is the one place where errors become HTTP responses: it is
-// fiber's ErrorHandler (routing errors such as 404, 405 and 413 before any
-// handler ran) and is called by accessLog for every error a handler returns.
+// errorHandler turns the errors handlers return into HTTP responses: it
+// is fiber's ErrorHandler (fiber's own errors such as 404, 405 and 413
+// before any handler ran) and is called by accessLog for every error a
+// handler returns. The inference handlers answer routing/dispatch's
+// errors themselves (inference_errors.go), with the same table for the
+// routing errors both can see (routeFailure).
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	var he *httpError
 	var fe *routing.FieldError
@@ -92,10 +95,10 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		return sendError(c, http.StatusConflict, typeInvalidRequest, "conflict", "", err.Error())
 	case errors.Is(err, tenants.ErrUnauthorized):
 		return sendError(c, http.StatusUnauthorized, typeAuthentication, "invalid_credentials", "", "invalid credentials")
-	case errors.Is(err, routing.ErrUnknownModel):
-		return sendError(c, http.StatusNotFound, typeInvalidRequest, "model_not_found", "model", err.Error())
-	case errors.Is(err, routing.ErrNoHealthyInstance), errors.Is(err, routing.ErrNoCapacity), errors.Is(err, routing.ErrClosed):
-		return sendError(c, http.StatusServiceUnavailable, typeUnavailable, "unavailable", "", err.Error())
+	case errors.Is(err, routing.ErrUnknownModel), errors.Is(err, routing.ErrNoHealthyInstance),
+		errors.Is(err, routing.ErrNoCapacity), errors.Is(err, routing.ErrClosed):
+		f, _ := routeFailure(err, s.cfg.Inference.withDefaults().RetryAfter, nil) // the inference path's table
+		return f.send(c)
 	case errors.Is(err, context.DeadlineExceeded):
 		return sendError(c, http.StatusGatewayTimeout, typeServer, "timeout", "", "request timed out")
 	case errors.As(err, &je):

@@ -47,7 +47,10 @@ func (h *inference) failureOf(err error, x *exchange) failure {
 		return failure{status: http.StatusTooManyRequests, typ: typeRateLimit, code: errCodeRateLimited,
 			msg: de.Refusal.Message(), retry: true, retryAfter: de.Refusal.RetryAfter}
 	case dispatch.StepRoute:
-		return h.routeFailure(de.Err, x)
+		if f, ok := routeFailure(de.Err, h.cfg.RetryAfter, x); ok {
+			return f
+		}
+		return failure{status: http.StatusInternalServerError, typ: typeServer, msg: "routing failed", log: true}
 	}
 	var se *proxy.StatusError
 	switch {
@@ -78,8 +81,13 @@ func spendFailure(err error) failure {
 	return failure{status: http.StatusServiceUnavailable, typ: typeServer, code: "spend_check_unavailable", msg: "could not check the spend limit; try again", log: true}
 }
 
-// routeFailure answers the router's errors.
-func (h *inference) routeFailure(err error, x *exchange) failure {
+// routeFailure answers the router's errors (ok false for any other): the
+// one status of each, used by the inference path and the error handler.
+// ErrNoCapacity is 429 with Retry-After (retryAfter): the cluster is
+// saturated, waiting helps, as with a rate limit; 503 is kept for what
+// waiting may not mend (no healthy instance, shutting down). x, when
+// known, names the request's model and cluster in the 404.
+func routeFailure(err error, retryAfter time.Duration, x *exchange) (failure, bool) {
 	switch {
 	case errors.Is(err, routing.ErrUnknownModel):
 		msg := err.Error()
@@ -87,21 +95,21 @@ func (h *inference) routeFailure(err error, x *exchange) failure {
 			models := append(servedModels(x.cluster), "auto")
 			msg = fmt.Sprintf("The model `%s` does not exist in this cluster; available: %s", x.body.model, strings.Join(models, ", "))
 		}
-		return failure{status: http.StatusNotFound, typ: typeInvalidRequest, code: errCodeModelNotFound, param: "model", msg: msg}
+		return failure{status: http.StatusNotFound, typ: typeInvalidRequest, code: errCodeModelNotFound, param: "model", msg: msg}, true
 	case errors.Is(err, routing.ErrNoHealthyInstance):
 		return failure{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "no_healthy_instance",
-			msg: "no healthy instance can serve this request right now"}
+			msg: "no healthy instance can serve this request right now"}, true
 	case errors.Is(err, routing.ErrNoCapacity):
 		return failure{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "no_capacity",
-			msg: "every instance that can serve this request is at capacity; retry later", retry: true, retryAfter: h.cfg.RetryAfter}
+			msg: "every instance that can serve this request is at capacity; retry later", retry: true, retryAfter: retryAfter}, true
 	case errors.Is(err, routing.ErrClosed):
-		return failure{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "shutting_down", msg: "the server is shutting down"}
+		return failure{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "shutting_down", msg: "the server is shutting down"}, true
 	case errors.Is(err, context.DeadlineExceeded):
-		return failure{status: http.StatusGatewayTimeout, typ: typeServer, code: "timeout", msg: "the request exceeded the server's time limit"}
+		return failure{status: http.StatusGatewayTimeout, typ: typeServer, code: "timeout", msg: "the request exceeded the server's time limit"}, true
 	case errors.Is(err, context.Canceled):
-		return failure{status: statusClientClosed, typ: typeInvalidRequest, code: "client_closed", msg: "the client closed the request"}
+		return failure{status: statusClientClosed, typ: typeInvalidRequest, code: "client_closed", msg: "the client closed the request"}, true
 	}
-	return failure{status: http.StatusInternalServerError, typ: typeServer, msg: "routing failed", log: true}
+	return failure{}, false
 }
 
 // upstreamFailure relays an upstream error answer: client errors (4xx)
@@ -145,8 +153,13 @@ func (h *inference) sendFailure(ctx context.Context, x *exchange, err error) err
 	if f.log {
 		h.log.ErrorContext(ctx, "dispatch", slog.String("request_id", x.id), slog.String("error", err.Error()))
 	}
+	return f.send(x.c)
+}
+
+// send writes the failure's answer (with Retry-After when it has one).
+func (f failure) send(c *fiber.Ctx) error {
 	if f.retry {
-		x.c.Set(fiber.HeaderRetryAfter, strconv.FormatInt(max(1, int64((f.retryAfter+time.Second-1)/time.Second)), 10))
+		c.Set(fiber.HeaderRetryAfter, strconv.FormatInt(max(1, int64((f.retryAfter+time.Second-1)/time.Second)), 10))
 	}
-	return sendError(x.c, f.status, f.typ, f.code, f.param, f.msg)
+	return sendError(c, f.status, f.typ, f.code, f.param, f.msg)
 }

@@ -161,22 +161,3 @@ func TestProfileAgainstEmulator(t *testing.T) {
 		t.Errorf("profile eval output:\n%s", stdout.String())
 	}
 }
-
-func TestParseVLLMMetrics(t *testing.T) {
-	text := `# HELP vllm:num_requests_running Number of requests
-vllm:num_requests_running{model_name="m"} 3.0
-vllm:num_requests_waiting{model_name="m"} 1
-vllm:gpu_cache_usage_perc{model_name="m"} 0.25
-vllm:prompt_tokens_total{model_name="m"} 999
-`
-	s, err := parseVLLMMetrics(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.running != 3 || s.waiting != 1 || s.kvUs != 0.25 {
-		t.Errorf("parsed %+v, want running 3 waiting 1 kv 0.25", s)
-	}
-	if _, err := parseVLLMMetrics(strings.NewReader("nothing here 1\n")); err == nil {
-		t.Error("metrics without vllm gauges: got nil error")
-	}
-}

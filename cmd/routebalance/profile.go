@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/fleet"
 	"github.com/routebalance/routebalance/routing/latency"
 )
 
@@ -386,57 +386,8 @@ func (p *profiler) scrapeOnce(ctx context.Context) (snapshot, error) {
 	if resp.StatusCode != http.StatusOK {
 		return snapshot{}, fmt.Errorf("status %s", resp.Status)
 	}
-	s, err := parseVLLMMetrics(resp.Body)
-	s.at = time.Now()
-	return s, err
-}
-
-// parseVLLMMetrics sums the running, waiting and KV-usage gauges over all
-// series of a Prometheus text exposition (vllm:gpu_cache_usage_perc is
-// the pre-0.7 name of vllm:kv_cache_usage_perc).
-func parseVLLMMetrics(r io.Reader) (snapshot, error) {
-	var s snapshot
-	found := false
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name := line
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name = line[:i]
-		}
-		var dst *float64
-		switch name {
-		case "vllm:num_requests_running":
-			dst = &s.running
-		case "vllm:num_requests_waiting":
-			dst = &s.waiting
-		case "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc":
-			dst = &s.kvUs
-		default:
-			continue
-		}
-		fields := strings.Fields(line[strings.LastIndexByte(line, '}')+1:])
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
-		*dst += v
-		found = true
-	}
-	if err := sc.Err(); err != nil {
-		return s, err
-	}
-	if !found {
-		return s, errors.New("no vllm:num_requests_running / waiting / kv_cache_usage_perc gauges")
-	}
-	return s, nil
+	m, err := fleet.ParseMetrics(resp.Body) // the scheduler's own reading of vLLM's gauges
+	return snapshot{at: time.Now(), running: m.Running, waiting: m.Waiting, kvUs: m.KVUsage}, err
 }
 
 // runProfileEval fits the analytic model on a sweep's training rows and

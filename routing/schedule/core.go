@@ -519,7 +519,7 @@ func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, bat
 		d.QualitySource = est.Source[cand.Model]
 	}
 	d.EstimateMemo = est.Memo
-	if b := budgetOf(r); b > 0 && v.inst.PriceOutPerMTok > 0 {
+	if b := r.Budget(); b > 0 && v.inst.PriceOutPerMTok > 0 {
 		afford := (b - v.inst.CostUSD(float64(r.PromptTokens), 0)) / (v.inst.PriceOutPerMTok / 1e6)
 		mt := max(1, int(math.Floor(afford)))
 		if r.MaxTokens == 0 || mt < r.MaxTokens {
@@ -580,7 +580,7 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 	cands := c.cands[:0]
 	anyModel, anyHealthy := false, false
 	passAll := 0 // candidates failing no soft filter
-	budget := budgetOf(r)
+	budget := r.Budget()
 	prompt := float64(r.PromptTokens)
 	// Per-model lengths, once per request.
 	c.lens, c.lensQ = c.lens[:0], c.lensQ[:0]

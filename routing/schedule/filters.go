@@ -48,7 +48,7 @@ var softFilters = [...]softFilter{
 		func(r *routing.Request) bool { return r.QualityFloor > 0 },
 		func(in *filterInput) bool { return in.q < in.r.QualityFloor }},
 	{"budget", failBudget,
-		func(r *routing.Request) bool { return budgetOf(r) > 0 },
+		func(r *routing.Request) bool { return r.Budget() > 0 },
 		func(in *filterInput) bool { return in.p.Cost > in.budget }},
 }
 
@@ -82,14 +82,4 @@ func hasFilter(r *routing.Request, bit uint8) bool {
 		}
 	}
 	return false
-}
-
-// budgetOf is the request's per-request cost budget: the smaller of
-// BudgetUSD and SLO.MaxCostUSD that is set, 0 for none.
-func budgetOf(r *routing.Request) float64 {
-	b := r.BudgetUSD
-	if s := r.SLO.MaxCostUSD; s > 0 && (b <= 0 || s < b) {
-		b = s
-	}
-	return b
 }
