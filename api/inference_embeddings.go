@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/routebalance/routebalance/internal/jsonscan"
+	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/proxy"
 )
 
@@ -76,7 +77,7 @@ func (b *completionBody) parseInput() error {
 		if s == "" {
 			return badParam("input", "must not be an empty string")
 		}
-		b.prompt, b.promptTokens = s, estimateTokens(s)
+		b.prompt, b.promptTokens = s, routing.EstimateTokens(s)
 		return nil
 	case jsonscan.Array:
 	default:
@@ -104,7 +105,7 @@ func (b *completionBody) parseInput() error {
 				return badParam(inputParam(i), "must not be an empty string")
 			}
 			appendPrompt(&text, s)
-			b.promptTokens += estimateTokens(s)
+			b.promptTokens += routing.EstimateTokens(s)
 		}
 		b.prompt = text.String()
 		return nil
