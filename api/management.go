@@ -19,7 +19,10 @@ import (
 //
 //	POST   /signup                         {email,password,name} → 201 {tenant_id,access_token,refresh_token,expires_in}
 //	POST   /login                          {email,password} → 200 {access_token,refresh_token,expires_in}
-//	POST   /refresh                        {refresh_token} → 200 {access_token,refresh_token,expires_in}
+//	POST   /refresh                        {refresh_token} → 200 a new pair; the old refresh token is retired (reuse revokes the login)
+//	POST   /logout                         → 204 (this login's tokens stop working)
+//	POST   /password                       {old_password,new_password} → 200 a new pair; every other session is revoked
+//	POST   /sessions/revoke-all            → 204 (every session of the user; also DELETE /sessions)
 //	POST   /keys                           {name,cluster_id?} → 201 {id,name,key,prefix,…}
 //	GET    /keys                           → {object:list,data:[key…]}
 //	PATCH  /keys/{id}                      {name?,cluster_id?,preset?,weights?,slo?,limits?} → key
@@ -45,6 +48,7 @@ func (s *Server) mountManagement(r fiber.Router) {
 	r.Post("/signup", s.signup)
 	r.Post("/login", s.login)
 	r.Post("/refresh", s.refresh)
+	s.mountSessions(r)
 
 	// The session check is per route (not a group middleware) so unknown
 	// paths stay 404 rather than 401.
@@ -146,11 +150,15 @@ func (s *Server) requireSession(c *fiber.Ctx) error {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return unauthorized("malformed Authorization header: want Bearer <access_token>")
 	}
-	sess, err := s.deps.Tenants.Authenticate(strings.TrimSpace(token))
-	if err != nil {
+	sess, err := s.deps.Tenants.Authenticate(c.UserContext(), strings.TrimSpace(token))
+	if errors.Is(err, tenants.ErrUnauthorized) {
 		return unauthorized("invalid or expired access token")
 	}
+	if err != nil {
+		return err
+	}
 	c.Locals(localTenantID, sess.TenantID)
+	c.Locals(localSession, sess)
 	return c.Next()
 }
 
@@ -192,9 +200,9 @@ func (s *Server) login(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
-	pair, err := s.deps.Tenants.Login(c.UserContext(), in.Email, in.Password)
+	pair, err := s.deps.Tenants.LoginFrom(c.UserContext(), in.Email, in.Password, c.IP())
 	if errors.Is(err, tenants.ErrTooManyAttempts) {
-		return &httpError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "too_many_attempts", msg: err.Error()}
+		return tooManyAttempts(c, err)
 	}
 	if errors.Is(err, tenants.ErrUnauthorized) {
 		return unauthorized("invalid email or password")

@@ -20,6 +20,7 @@ import (
 const (
 	localRequestID = "rb.request_id"
 	localTenantID  = "rb.tenant_id"
+	localSession   = "rb.session"
 	localCancel    = "rb.cancel"
 	localErrLogged = "rb.err"
 	localTraceID   = "rb.trace_id"

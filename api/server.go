@@ -60,6 +60,12 @@ type Config struct {
 	Inference InferenceConfig
 	// WhatIf bounds the what-if preview (api/whatif.go).
 	WhatIf WhatIfConfig
+	// TrustedProxies are the addresses or CIDR ranges of reverse proxies
+	// (an ingress, a load balancer) whose X-Forwarded-For names the client.
+	// Empty (the default) trusts no header: the client address is the
+	// connection's peer. The login throttle counts per client address, so
+	// behind a proxy this must be set or every client shares one address.
+	TrustedProxies []string
 }
 
 // DefaultConfig returns the defaults: 8 MiB bodies, 10 min requests
@@ -151,6 +157,12 @@ func New(cfg Config, deps Deps) *Server {
 		IdleTimeout:           cfg.IdleTimeout,
 		DisableStartupMessage: true,
 		ErrorHandler:          s.errorHandler,
+		// Behind trusted proxies the client is the first valid address of
+		// X-Forwarded-For (a header from anyone else is ignored).
+		EnableTrustedProxyCheck: len(cfg.TrustedProxies) > 0,
+		TrustedProxies:          cfg.TrustedProxies,
+		ProxyHeader:             proxyHeader(cfg.TrustedProxies),
+		EnableIPValidation:      true,
 		// Unknown methods on known paths are 405, not 404.
 		// (fiber checks the other methods' trees for the path.)
 	})
@@ -167,6 +179,13 @@ func New(cfg Config, deps Deps) *Server {
 	s.mountInference(s.app.Group("/v1"))
 	s.mountWeb(s.app) // last: its catch-all serves the dashboard
 	return s
+}
+
+func proxyHeader(trusted []string) string {
+	if len(trusted) == 0 {
+		return ""
+	}
+	return fiber.HeaderXForwardedFor
 }
 
 // App returns the fiber app (for Listen, Shutdown and tests).

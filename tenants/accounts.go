@@ -84,69 +84,10 @@ func (s *Service) Signup(ctx context.Context, in SignupInput) (Tenant, TokenPair
 		}
 		return Tenant{}, TokenPair{}, fmt.Errorf("create account: %w", err)
 	}
-	pair, err := s.sessions.Issue(u.ID, t.ID)
+	pair, err := s.startSession(ctx, u.ID, t.ID)
 	if err != nil {
 		return Tenant{}, TokenPair{}, err
 	}
 	s.log.InfoContext(ctx, "tenant signed up", slog.String("tenant_id", t.ID), slog.String("user_id", u.ID))
 	return t, pair, nil
-}
-
-// errBadLogin is the one message for an unknown email and a wrong password.
-var errBadLogin = fmt.Errorf("invalid email or password: %w", ErrUnauthorized)
-
-// Login checks a password and returns new tokens. Unknown emails cost the
-// same hash as known ones and get the same error. After
-// Config.LoginMaxFailures failures for one email within Config.LoginWindow
-// it returns ErrTooManyAttempts until the window ends.
-func (s *Service) Login(ctx context.Context, email, password string) (TokenPair, error) {
-	e, err := normaliseEmail(email)
-	if err != nil || password == "" || len(password) > 4*MaxPasswordLen {
-		VerifyPassword(password, s.dummyHash) //nolint:errcheck // equal timing
-		return TokenPair{}, errBadLogin
-	}
-	now := s.clock.Now()
-	if s.logins.blocked(e, now) {
-		return TokenPair{}, ErrTooManyAttempts
-	}
-	u, err := s.store.UserByEmail(ctx, e)
-	if errors.Is(err, ErrNotFound) {
-		VerifyPassword(password, s.dummyHash) //nolint:errcheck // equal timing
-		s.logins.fail(e, now)
-		return TokenPair{}, errBadLogin
-	}
-	if err != nil {
-		return TokenPair{}, fmt.Errorf("find user: %w", err)
-	}
-	ok, err := VerifyPassword(password, u.PasswordHash)
-	if err != nil {
-		return TokenPair{}, fmt.Errorf("user %s: %w", u.ID, err)
-	}
-	if !ok {
-		s.logins.fail(e, now)
-		return TokenPair{}, errBadLogin
-	}
-	s.logins.reset(e)
-	return s.sessions.Issue(u.ID, u.TenantID)
-}
-
-// Refresh exchanges a valid refresh token for a new pair, provided the
-// tenant still exists.
-func (s *Service) Refresh(ctx context.Context, refreshToken string) (TokenPair, error) {
-	sess, err := s.sessions.Verify(refreshToken, TokenRefresh)
-	if err != nil {
-		return TokenPair{}, err
-	}
-	if _, err := s.store.Tenant(ctx, sess.TenantID); err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return TokenPair{}, fmt.Errorf("tenant is gone: %w", ErrUnauthorized)
-		}
-		return TokenPair{}, err
-	}
-	return s.sessions.Issue(sess.UserID, sess.TenantID)
-}
-
-// Authenticate verifies an access token.
-func (s *Service) Authenticate(accessToken string) (Session, error) {
-	return s.sessions.Verify(accessToken, TokenAccess)
 }

@@ -7,7 +7,7 @@ import (
 )
 
 func TestLoginLimiterBounded(t *testing.T) {
-	l := newLoginLimiter(3, time.Minute)
+	l := newWindowCounter(3, time.Minute)
 	l.maxKeys = 50
 	now := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
 	for i := 0; i < 1000; i++ {
@@ -18,14 +18,14 @@ func TestLoginLimiterBounded(t *testing.T) {
 	}
 	l.fail("a@example.com", now)
 	l.fail("a@example.com", now)
-	if l.blocked("a@example.com", now) {
+	if _, b := l.blocked("a@example.com", now); b {
 		t.Error("blocked after 2 of 3 failures")
 	}
 	l.fail("a@example.com", now)
-	if !l.blocked("a@example.com", now.Add(59*time.Second)) {
-		t.Error("not blocked after 3 failures")
+	if wait, b := l.blocked("a@example.com", now.Add(59*time.Second)); !b || wait != time.Second {
+		t.Errorf("after 3 failures: blocked %v, retry in %v; want true, 1s", b, wait)
 	}
-	if l.blocked("a@example.com", now.Add(time.Minute)) {
+	if _, b := l.blocked("a@example.com", now.Add(time.Minute)); b {
 		t.Error("still blocked after the window")
 	}
 }

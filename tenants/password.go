@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/trustelem/zxcvbn"
 	"golang.org/x/crypto/argon2"
 
 	"github.com/routebalance/routebalance/routing"
@@ -156,5 +157,39 @@ func CheckPasswordStrength(password, email string) error {
 	if email != "" && (lower == email || lower == local) {
 		return fail("must not be your email address")
 	}
-	return nil
+	return checkGuessable(password, email, local)
+}
+
+// MinPasswordGuesses is the least number of guesses, as estimated by
+// zxcvbn, a password must need: 10⁸ (zxcvbn score 3, "safely
+// unguessable: moderate protection from offline slow-hash scenario").
+const MinPasswordGuesses = 1e8
+
+// checkGuessable refuses passwords that zxcvbn
+// (github.com/trustelem/zxcvbn, a port of Dropbox's estimator) guesses in
+// fewer than MinPasswordGuesses. It embeds frequency lists of common
+// passwords (the 30 000 most common of leaked password lists), English
+// words, names and TV/film vocabulary and models l33t substitutions,
+// keyboard walks, sequences, repeats, dates and the user's own email, so
+// "password123", "P@ssw0rd2024", "qwertyuiop1" and "Welcome123!" fail
+// while "correct-horse-42" passes. A password that is one entry of the
+// common-password list (plus at most a few appended characters) is named
+// as such.
+func checkGuessable(password, email, local string) error {
+	var inputs []string
+	if email != "" {
+		inputs = []string{email, local}
+	}
+	r := zxcvbn.PasswordStrength(password, inputs)
+	if r.Guesses >= MinPasswordGuesses {
+		return nil
+	}
+	msg := fmt.Sprintf("is too easy to guess (about %.0e guesses; at least %.0e needed): add words or characters that do not form a common pattern", r.Guesses, MinPasswordGuesses)
+	for _, m := range r.Sequence {
+		if m.Pattern == "dictionary" && m.DictionaryName == "passwords" && utf8.RuneCountInString(m.Token)*2 >= utf8.RuneCountInString(password) {
+			msg = fmt.Sprintf("is a commonly used password (%q is on the list of the most common passwords)", m.Token)
+			break
+		}
+	}
+	return &routing.FieldError{Field: "password", Msg: msg}
 }

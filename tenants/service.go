@@ -27,10 +27,13 @@ type Config struct {
 	// AllowPrivateEndpoints lets tenants register loopback and private
 	// addresses (demo, tests, on-premises clusters).
 	AllowPrivateEndpoints bool
-	// LoginMaxFailures failed logins for one email within LoginWindow
-	// block further logins for that email until the window ends.
-	LoginMaxFailures int
-	LoginWindow      time.Duration
+	// LoginMaxFailures failed logins for one email from one client
+	// address within LoginWindow block further logins for that email from
+	// that address until the window ends; LoginMaxFailuresPerIP failures
+	// from one address over any emails block that address (limiter.go).
+	LoginMaxFailures      int
+	LoginMaxFailuresPerIP int
+	LoginWindow           time.Duration
 }
 
 // DefaultConfig returns the production defaults.
@@ -43,7 +46,10 @@ func DefaultConfig() Config {
 		// Ten guesses per quarter hour: ~1000 a day per account, far below
 		// what a 10-character password with two classes needs.
 		LoginMaxFailures: 10,
-		LoginWindow:      15 * time.Minute,
+		// A hundred per address: room for an office behind one NAT
+		// mistyping, far too few to spray a password list.
+		LoginMaxFailuresPerIP: 100,
+		LoginWindow:           15 * time.Minute,
 	}
 }
 
@@ -55,7 +61,7 @@ func (c Config) Validate() error {
 	if c.KeyCacheTTL <= 0 || c.KeyCacheSize <= 0 || c.TouchInterval <= 0 {
 		return errors.New("tenants: key cache TTL, size and touch interval must be positive")
 	}
-	if c.LoginMaxFailures <= 0 || c.LoginWindow <= 0 {
+	if c.LoginMaxFailures <= 0 || c.LoginMaxFailuresPerIP <= 0 || c.LoginWindow <= 0 {
 		return errors.New("tenants: login failure limit and window must be positive")
 	}
 	return nil
@@ -120,7 +126,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		endpoints: EndpointPolicy{AllowPrivate: cfg.AllowPrivateEndpoints, Resolver: deps.Resolver},
 		dummyHash: dummy,
 		cache:     newKeyCache(cfg.KeyCacheTTL, cfg.KeyCacheSize),
-		logins:    newLoginLimiter(cfg.LoginMaxFailures, cfg.LoginWindow),
+		logins:    newLoginLimiter(cfg.LoginMaxFailures, cfg.LoginMaxFailuresPerIP, cfg.LoginWindow),
 		touched:   map[string]time.Time{},
 	}, nil
 }

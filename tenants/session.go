@@ -64,6 +64,10 @@ type Session struct {
 	TenantID  string
 	Type      string // TokenAccess or TokenRefresh
 	ExpiresAt time.Time
+	// Family is the refresh-token family (one login) the token belongs
+	// to, "" for tokens made by Issue; ID is the token's jti.
+	Family string
+	ID     string
 }
 
 // TokenPair is what signup, login and refresh hand out.
@@ -78,6 +82,7 @@ type claims struct {
 	jwt.RegisteredClaims
 	TenantID string `json:"tid"`
 	Type     string `json:"typ"`
+	Family   string `json:"fam,omitempty"`
 }
 
 // Sessions issues and verifies HS256 JWTs. It is safe for concurrent use.
@@ -114,25 +119,37 @@ func allLong(keys [][]byte, n int) bool {
 
 func (s *Sessions) audience(typ string) string { return s.cfg.Issuer + "/" + typ }
 
-// Issue returns a fresh access and refresh token for the user.
+// Issue returns a fresh access and refresh token for the user that belong
+// to no session family. The Service refuses such tokens (it issues with
+// IssueFamily); Issue stays for tools and tests that need a well-signed
+// token.
 func (s *Sessions) Issue(userID, tenantID string) (TokenPair, error) {
-	acc, err := s.sign(userID, tenantID, TokenAccess, s.cfg.AccessTTL)
-	if err != nil {
-		return TokenPair{}, err
-	}
-	ref, err := s.sign(userID, tenantID, TokenRefresh, s.cfg.RefreshTTL)
-	if err != nil {
-		return TokenPair{}, err
-	}
-	return TokenPair{AccessToken: acc, RefreshToken: ref, ExpiresIn: s.cfg.AccessTTL}, nil
+	p, _, err := s.IssueFamily(userID, tenantID, "")
+	return p, err
 }
 
-func (s *Sessions) sign(userID, tenantID, typ string, ttl time.Duration) (string, error) {
-	now := s.clock.Now()
-	var jti [16]byte
-	if _, err := rand.Read(jti[:]); err != nil {
-		return "", fmt.Errorf("token id: %w", err)
+// IssueFamily returns a fresh access and refresh token of the session
+// family, and the refresh token's id (jti), which the family records as
+// the one refresh token that may be exchanged next.
+func (s *Sessions) IssueFamily(userID, tenantID, family string) (TokenPair, string, error) {
+	acc, _, err := s.sign(userID, tenantID, family, TokenAccess, s.cfg.AccessTTL)
+	if err != nil {
+		return TokenPair{}, "", err
 	}
+	ref, jti, err := s.sign(userID, tenantID, family, TokenRefresh, s.cfg.RefreshTTL)
+	if err != nil {
+		return TokenPair{}, "", err
+	}
+	return TokenPair{AccessToken: acc, RefreshToken: ref, ExpiresIn: s.cfg.AccessTTL}, jti, nil
+}
+
+func (s *Sessions) sign(userID, tenantID, family, typ string, ttl time.Duration) (string, string, error) {
+	now := s.clock.Now()
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", "", fmt.Errorf("token id: %w", err)
+	}
+	jti := base64.RawURLEncoding.EncodeToString(raw[:])
 	c := claims{
 		RegisteredClaims: jwt.RegisteredClaims{
 			Issuer:    s.cfg.Issuer,
@@ -141,16 +158,17 @@ func (s *Sessions) sign(userID, tenantID, typ string, ttl time.Duration) (string
 			IssuedAt:  jwt.NewNumericDate(now),
 			NotBefore: jwt.NewNumericDate(now),
 			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
-			ID:        base64.RawURLEncoding.EncodeToString(jti[:]),
+			ID:        jti,
 		},
 		TenantID: tenantID,
 		Type:     typ,
+		Family:   family,
 	}
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(s.cfg.Secret)
 	if err != nil {
-		return "", fmt.Errorf("sign token: %w", err)
+		return "", "", fmt.Errorf("sign token: %w", err)
 	}
-	return tok, nil
+	return tok, jti, nil
 }
 
 // Verify parses a token of the wanted type (TokenAccess or TokenRefresh).
@@ -178,5 +196,5 @@ func (s *Sessions) Verify(token, typ string) (Session, error) {
 	if c.Type != typ || c.Subject == "" || c.TenantID == "" {
 		return Session{}, fmt.Errorf("%w: token is not a %s token", ErrUnauthorized, typ)
 	}
-	return Session{UserID: c.Subject, TenantID: c.TenantID, Type: c.Type, ExpiresAt: c.ExpiresAt.Time}, nil
+	return Session{UserID: c.Subject, TenantID: c.TenantID, Type: c.Type, ExpiresAt: c.ExpiresAt.Time, Family: c.Family, ID: c.ID}, nil
 }

@@ -73,4 +73,5 @@ type Store interface {
 	ClusterStore
 	InstanceStore
 	SettingsStore
+	SessionStore
 }

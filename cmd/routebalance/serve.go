@@ -60,6 +60,7 @@ type serveConfig struct {
 	billing         billingFlags
 	metricsAddr     string
 	pprofAddr       string
+	trustedProxies  []string
 	tracing         telemetry.TracingConfig
 	redis           redisFlags
 }
@@ -114,6 +115,11 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	addBillingFlags(fs, &c.billing)
 	fs.StringVar(&c.metricsAddr, "metrics-addr", env("METRICS_ADDR", ""), "serve Prometheus /metrics on this address instead of the main listener (env ROUTEBALANCE_METRICS_ADDR)")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", env("PPROF_ADDR", ""), "serve Go's /debug/pprof/ profiles on this address (keep it private: loopback or a debug port); empty turns them off (env ROUTEBALANCE_PPROF_ADDR)")
+	c.trustedProxies = splitList(env("TRUSTED_PROXIES", ""))
+	fs.Func("trusted-proxies", "comma-separated addresses or CIDRs of reverse proxies whose X-Forwarded-For names the client (login throttling counts per client address); empty trusts no header (env ROUTEBALANCE_TRUSTED_PROXIES)", func(v string) error {
+		c.trustedProxies = splitList(v)
+		return nil
+	})
 	c.tracing = telemetry.DefaultTracingConfig()
 	fs.StringVar(&c.tracing.Endpoint, "otlp-endpoint", env("OTLP_ENDPOINT", ""), "export OpenTelemetry traces by OTLP/HTTP to this collector URL, e.g. http://otel-collector:4318 (/v1/traces is appended to a bare URL); empty turns tracing off (env ROUTEBALANCE_OTLP_ENDPOINT)")
 	fs.StringVar(&c.tracing.ServiceName, "otlp-service-name", env("OTLP_SERVICE_NAME", c.tracing.ServiceName), "service.name of the exported traces (env ROUTEBALANCE_OTLP_SERVICE_NAME)")
@@ -147,6 +153,17 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, errors.New("--body-limit, --shutdown-timeout and --request-timeout must be positive")
 	}
 	return c, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // database is the open storage of either engine.
@@ -521,6 +538,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	acfg.BodyLimit = cfg.bodyLimit
 	acfg.Inference.MaxAttempts = cfg.maxAttempts
 	acfg.RequestTimeout = cfg.requestTimeout
+	acfg.TrustedProxies = cfg.trustedProxies
 	srv := api.New(acfg, deps)
 
 	ln, err := net.Listen("tcp", cfg.addr)
