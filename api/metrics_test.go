@@ -20,9 +20,11 @@ import (
 )
 
 // scrape fetches url and parses the text exposition format.
-func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+func scrape(t *testing.T, url, token string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	keys := &keyTable{keys: map[string]*tenants.Principal{testKey: p}}
 	real := startRouter(t)
 	meter := &meterLog{}
-	tel, err := telemetry.New(telemetry.Config{}, telemetry.Deps{
+	labelKey := []byte("metrics-label-key-for-this-test!")
+	tel, err := telemetry.New(telemetry.Config{LabelKey: labelKey}, telemetry.Deps{
 		State: real.State,
 		MeterStats: func() billing.MeterStats {
 			n := int64(len(meter.events()))
@@ -83,7 +86,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	counting := &countingRouter{inner: tel.Router(real)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s := New(Config{Inference: InferenceConfig{ClientCheckInterval: 20 * time.Millisecond}}, Deps{Log: log, Metrics: tel.Handler(),
+	s := New(Config{Inference: InferenceConfig{ClientCheckInterval: 20 * time.Millisecond}}, Deps{Log: log, Metrics: tel.Handler(), MetricsToken: "scrape-token",
 		Inference: InferenceDeps{Keys: keys, Router: counting, Meter: tel.Meter(meter, billing.DefaultPricing())}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -111,9 +114,15 @@ func TestMetricsEndpoint(t *testing.T) {
 	waitFor(t, func() bool { return len(meter.events()) == 2 }, "two usage events")
 	evs := meter.events()
 
-	fams := scrape(t, e.url+"/metrics")
-	cl := p.Cluster.ID
-	req := map[string]string{"cluster": cl, "model": "m", "instance": "live", "policy": "round-robin", "status": "ok"}
+	if resp, err := http.Get(e.url + "/metrics"); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("/metrics without the bearer token: %v %v, want 401", resp.StatusCode, err)
+	}
+	fams := scrape(t, e.url+"/metrics", "scrape-token")
+	// Tenant-typed strings are pseudonyms (telemetry.Label).
+	cl := telemetry.Label(labelKey, "cluster", p.Cluster.ID)
+	mm := telemetry.Label(labelKey, "model", "m")
+	live, deadL := telemetry.Label(labelKey, "instance", "live"), telemetry.Label(labelKey, "instance", "dead")
+	req := map[string]string{"cluster": cl, "model": mm, "instance": live, "policy": "round-robin", "status": "ok"}
 	code200 := map[string]string{"code": "200"}
 	for k, v := range req {
 		code200[k] = v
@@ -135,24 +144,24 @@ func TestMetricsEndpoint(t *testing.T) {
 	}{
 		{"routebalance_requests_total", code200, counter, 2},
 		{"routebalance_request_duration_seconds", req, histCount, 2},
-		{"routebalance_usage_tokens_total", map[string]string{"cluster": cl, "model": "m", "instance": "live", "kind": "output"}, counter, output},
-		{"routebalance_usage_tokens_total", map[string]string{"cluster": cl, "model": "m", "instance": "live", "kind": "prompt"}, counter, prompt},
-		{"routebalance_usage_cost_usd_total", map[string]string{"cluster": cl, "model": "m", "instance": "live"}, counter, cost},
-		{"routebalance_billed_usd_total", map[string]string{"cluster": cl, "model": "m"}, counter, cost}, // markup 1
+		{"routebalance_usage_tokens_total", map[string]string{"cluster": cl, "model": mm, "instance": live, "kind": "output"}, counter, output},
+		{"routebalance_usage_tokens_total", map[string]string{"cluster": cl, "model": mm, "instance": live, "kind": "prompt"}, counter, prompt},
+		{"routebalance_usage_cost_usd_total", map[string]string{"cluster": cl, "model": mm, "instance": live}, counter, cost},
+		{"routebalance_billed_usd_total", map[string]string{"cluster": cl, "model": mm}, counter, cost}, // markup 1
 		{"routebalance_decision_duration_seconds", map[string]string{"cluster": cl, "policy": "round-robin"}, histCount, float64(granted)},
 		{"routebalance_decision_batch_size", map[string]string{"cluster": cl, "policy": "round-robin"}, histCount, float64(granted)},
 		{"routebalance_route_rejections_total", map[string]string{"cluster": cl, "reason": "unknown_model"}, counter, 1},
-		{"routebalance_instance_in_flight", map[string]string{"cluster": cl, "instance": "live", "model": "m"}, gauge, 0},
-		{"routebalance_instance_queue_length", map[string]string{"cluster": cl, "instance": "live", "model": "m"}, gauge, 0},
-		{"routebalance_instance_healthy", map[string]string{"cluster": cl, "instance": "live", "model": "m"}, gauge, 1},
+		{"routebalance_instance_in_flight", map[string]string{"cluster": cl, "instance": live, "model": mm}, gauge, 0},
+		{"routebalance_instance_queue_length", map[string]string{"cluster": cl, "instance": live, "model": mm}, gauge, 0},
+		{"routebalance_instance_healthy", map[string]string{"cluster": cl, "instance": live, "model": mm}, gauge, 1},
 		{"routebalance_billing_meter_recorded_total", nil, counter, 2},
-		{"routebalance_time_to_first_token_seconds", map[string]string{"cluster": cl, "model": "m", "instance": "live"}, histCount, 2},
+		{"routebalance_time_to_first_token_seconds", map[string]string{"cluster": cl, "model": mm, "instance": live}, histCount, 2},
 		// the scheduler predicts E2E and TTFT for every decision (latency
 		// priors); only the streamed request observed a first token, so
 		// only it is a TTFT calibration sample (the non-streamed one's
 		// "TTFT" would be its E2E)
-		{"routebalance_prediction_ratio", map[string]string{"cluster": cl, "model": "m", "quantity": "e2e"}, histCount, 2},
-		{"routebalance_prediction_ratio", map[string]string{"cluster": cl, "model": "m", "quantity": "ttft"}, histCount, 1},
+		{"routebalance_prediction_ratio", map[string]string{"cluster": cl, "model": mm, "quantity": "e2e"}, histCount, 2},
+		{"routebalance_prediction_ratio", map[string]string{"cluster": cl, "model": mm, "quantity": "ttft"}, histCount, 1},
 	}
 	if failovers > 0 {
 		checks = append(checks,
@@ -167,7 +176,7 @@ func TestMetricsEndpoint(t *testing.T) {
 				labels map[string]string
 				value  func(*dto.Metric) float64
 				want   float64
-			}{"routebalance_upstream_errors_total", map[string]string{"cluster": cl, "instance": "dead"}, counter, float64(failovers)})
+			}{"routebalance_upstream_errors_total", map[string]string{"cluster": cl, "instance": deadL}, counter, float64(failovers)})
 	} else {
 		t.Error("round-robin over [dead, live] sent no request to dead first")
 	}
@@ -183,7 +192,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	for _, name := range []string{"routebalance_instance_pending_tokens", "routebalance_instance_predicted_tpot_seconds",
 		"routebalance_instance_scrape_age_seconds", "routebalance_instance_stale", "routebalance_queue_wait_seconds"} {
-		if series(fams, name, map[string]string{"cluster": cl, "instance": "live"}) == nil {
+		if series(fams, name, map[string]string{"cluster": cl, "instance": live}) == nil {
 			t.Errorf("no series %s for instance live", name)
 		}
 	}

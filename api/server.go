@@ -2,7 +2,7 @@
 // table, middleware and the mapping of domain errors to HTTP. It is the
 // only package that imports fiber.
 //
-// Routes: /healthz, /readyz, /metrics (when Deps.Metrics is set), the management API under /api/v1
+// Routes: /healthz, /readyz, /metrics (only with Deps.Metrics and Deps.MetricsToken set: a bearer token), the management API under /api/v1
 // (management.go) and the OpenAI-compatible API under /v1 (inference*.go).
 // Every error, including unknown routes (404), wrong methods (405) and
 // oversized bodies (413), is answered in OpenAI's envelope
@@ -11,9 +11,11 @@ package api
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -119,9 +121,13 @@ type Deps struct {
 	// POST /api/v1/clusters/{id}/whatif (zero: instance priors and the
 	// latency model's default prior).
 	WhatIf sim.WhatIfDeps
-	// Metrics, when set, is served at GET /metrics (telemetry.Metrics.Handler);
-	// nil leaves /metrics to a listener of its own (--metrics-addr).
-	Metrics http.Handler
+	// Metrics, when set together with MetricsToken, is served at GET
+	// /metrics (telemetry.Metrics.Handler) to requests bearing
+	// "Authorization: Bearer <MetricsToken>"; without a token it is not
+	// served on this listener at all (the public one): metrics belong on
+	// their own listener (--metrics-addr).
+	Metrics      http.Handler
+	MetricsToken string
 }
 
 // New builds the fiber app and its routes.
@@ -170,8 +176,10 @@ func New(cfg Config, deps Deps) *Server {
 	s.app.Use(s.requestID, s.accessLog, s.recoverPanic, s.userContext)
 	s.app.Get("/healthz", s.healthz)
 	s.app.Get("/readyz", s.readyz)
-	if deps.Metrics != nil {
-		s.app.Get("/metrics", adaptor.HTTPHandler(deps.Metrics))
+	if deps.Metrics != nil && deps.MetricsToken != "" {
+		s.app.Get("/metrics", s.requireMetricsToken, adaptor.HTTPHandler(deps.Metrics))
+	} else if deps.Metrics != nil {
+		s.log.Warn("metrics handler given without a bearer token: /metrics is not served on the main listener")
 	}
 	s.mountBillingWebhook(s.app) // Stripe authenticates with its signature, not a session
 	s.mountManagement(s.app.Group("/api/v1"))
@@ -186,6 +194,17 @@ func proxyHeader(trusted []string) string {
 		return ""
 	}
 	return fiber.HeaderXForwardedFor
+}
+
+// requireMetricsToken admits a scrape bearing the metrics token (constant-
+// time comparison).
+func (s *Server) requireMetricsToken(c *fiber.Ctx) error {
+	scheme, token, ok := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") ||
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.deps.MetricsToken)) != 1 {
+		return unauthorized("/metrics needs Authorization: Bearer <metrics token>")
+	}
+	return c.Next()
 }
 
 // App returns the fiber app (for Listen, Shutdown and tests).

@@ -54,6 +54,10 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
+	// Clusters, instances or models past the label bound share "other":
+	// emit the first series of each label set only, so the exposition
+	// stays valid (a collector must not repeat a series).
+	emitted := map[[3]string]bool{}
 	for _, cl := range c.m.clusterIDs() {
 		st := c.m.deps.State(cl)
 		if st == nil {
@@ -61,7 +65,12 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		for _, s := range st {
-			lv := []string{cl, s.ID, s.Model}
+			key := [3]string{c.m.labels.cluster(cl), c.m.labels.instance(s.ID), c.m.labels.model(s.Model)}
+			if emitted[key] {
+				continue
+			}
+			emitted[key] = true
+			lv := key[:]
 			g := func(desc *prometheus.Desc, v float64) {
 				ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, lv...)
 			}

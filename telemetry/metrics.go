@@ -8,7 +8,9 @@ package telemetry
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -44,6 +46,14 @@ type Config struct {
 	OutboxLimit int
 	// ProcessMetrics adds the Go runtime and process collectors.
 	ProcessMetrics bool
+	// LabelKey keys the pseudonyms that replace tenant-typed label values
+	// (cluster and instance ids, model names; labels.go). Replicas that
+	// share it label the same cluster alike; serve derives it from the
+	// session secret. Empty means a random key per process.
+	LabelKey []byte
+	// MaxLabelValues caps the distinct values of each tenant-typed label
+	// (cluster, instance, model); further values share "other".
+	MaxLabelValues int
 }
 
 // DefaultConfig returns the default Config.
@@ -55,6 +65,7 @@ func DefaultConfig() Config {
 		OutboxTimeout:   2 * time.Second,
 		OutboxLimit:     10000,
 		ProcessMetrics:  true,
+		MaxLabelValues:  1000,
 	}
 }
 
@@ -67,8 +78,8 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if c.OutboxTimeout < 0 || c.OutboxLimit < 0 {
-		return errors.New("telemetry: OutboxTimeout and OutboxLimit must be >= 0")
+	if c.OutboxTimeout < 0 || c.OutboxLimit < 0 || c.MaxLabelValues < 0 {
+		return errors.New("telemetry: OutboxTimeout, OutboxLimit and MaxLabelValues must be >= 0")
 	}
 	return nil
 }
@@ -89,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OutboxLimit == 0 {
 		c.OutboxLimit = d.OutboxLimit
+	}
+	if c.MaxLabelValues == 0 {
+		c.MaxLabelValues = d.MaxLabelValues
 	}
 	return c
 }
@@ -139,6 +153,7 @@ type Metrics struct {
 	stateDescs    stateDescs
 	billingDescs  billingDescs
 	outboxFailure prometheus.Counter
+	labels        *labeler
 }
 
 // New builds the metrics and registers them on a fresh registry.
@@ -153,7 +168,14 @@ func New(cfg Config, deps Deps) (*Metrics, error) {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
-	m := &Metrics{cfg: cfg, deps: deps, reg: prometheus.NewRegistry(), clusters: map[string]struct{}{}}
+	key := cfg.LabelKey
+	if len(key) == 0 {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("telemetry: label key: %w", err)
+		}
+	}
+	m := &Metrics{cfg: cfg, deps: deps, reg: prometheus.NewRegistry(), clusters: map[string]struct{}{}, labels: newLabeler(key, cfg.MaxLabelValues)}
 	req := []string{"cluster", "model", "instance", "policy", "status"}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "requests_total",
 		Help: "Requests that reached an instance, by outcome status (ok, error, cancelled, budget) and HTTP code."},

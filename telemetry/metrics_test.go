@@ -39,7 +39,8 @@ type fixedClock struct{ t time.Time }
 func (c fixedClock) Now() time.Time { return c.t }
 
 // family gathers m's registry and returns one family's metrics by a
-// rendering of their labels.
+// rendering of their labels, with pseudonymous cluster, instance and model
+// values mapped back to the ids they stand for.
 func family(t *testing.T, m *Metrics, name string) map[string]*dto.Metric {
 	t.Helper()
 	fams, err := m.Registry().Gather()
@@ -51,10 +52,15 @@ func family(t *testing.T, m *Metrics, name string) map[string]*dto.Metric {
 		if f.GetName() != name {
 			continue
 		}
+		raw := m.labels.reverse()
 		for _, mt := range f.GetMetric() {
 			k := ""
 			for _, lp := range mt.GetLabel() {
-				k += lp.GetName() + "=" + lp.GetValue() + ","
+				v := lp.GetValue()
+				if r, ok := raw[lp.GetName()][v]; ok {
+					v = r // the tests name series by the raw ids (labels_test checks the pseudonyms)
+				}
+				k += lp.GetName() + "=" + v + ","
 			}
 			out[k] = mt
 		}

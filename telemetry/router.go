@@ -33,19 +33,19 @@ func (r *Router) Route(ctx context.Context, c *routing.Cluster, req *routing.Req
 	m := r.m
 	m.trackCluster(c.ID)
 	if len(req.Exclude) > 0 {
-		m.failovers.WithLabelValues(c.ID).Inc()
+		m.failovers.WithLabelValues(m.labels.cluster(c.ID)).Inc()
 	}
 	a, err := r.inner.Route(ctx, c, req)
 	if err != nil {
-		m.rejections.WithLabelValues(c.ID, rejectReason(err)).Inc()
+		m.rejections.WithLabelValues(m.labels.cluster(c.ID), rejectReason(err)).Inc()
 		return nil, err
 	}
 	policy := policyLabel(a.Policy, c)
-	m.decision.WithLabelValues(c.ID, policy).Observe(a.DecisionTime.Seconds())
-	m.batch.WithLabelValues(c.ID, policy).Observe(float64(a.BatchSize))
-	m.queueWait.WithLabelValues(c.ID, a.Instance.ID).Observe(a.QueueWait.Seconds())
+	cluster := m.labels.cluster(c.ID)
+	m.decision.WithLabelValues(cluster, policy).Observe(a.DecisionTime.Seconds())
+	m.batch.WithLabelValues(cluster, policy).Observe(float64(a.BatchSize))
+	m.queueWait.WithLabelValues(cluster, m.labels.instance(a.Instance.ID)).Observe(a.QueueWait.Seconds())
 	d := a.Decision
-	cluster := c.ID
 	return routing.NewAssignment(d, func(o routing.Outcome) {
 		m.observeOutcome(cluster, &d, o)
 		a.Release(o)
@@ -58,7 +58,7 @@ func (r *Router) Route(ctx context.Context, c *routing.Cluster, req *routing.Req
 func (m *Metrics) observeOutcome(cluster string, d *routing.Decision, o routing.Outcome) {
 	if o.Err != nil {
 		if o.Upstream {
-			m.upstreamErrs.WithLabelValues(cluster, d.Instance.ID).Inc()
+			m.upstreamErrs.WithLabelValues(cluster, m.labels.instance(d.Instance.ID)).Inc()
 		}
 		return
 	}
@@ -70,10 +70,10 @@ func (m *Metrics) observeOutcome(cluster string, d *routing.Decision, o routing.
 	// measured wait is added back. A zero TTFT (non-streamed answer) was
 	// not observed and is no sample.
 	if d.PredictedE2E > 0 && o.E2E > 0 {
-		m.ratio.WithLabelValues(cluster, d.Instance.Model, "e2e").Observe(float64(o.E2E+d.QueueWait) / float64(d.PredictedE2E))
+		m.ratio.WithLabelValues(cluster, m.labels.model(d.Instance.Model), "e2e").Observe(float64(o.E2E+d.QueueWait) / float64(d.PredictedE2E))
 	}
 	if d.PredictedTTFT > 0 && o.TTFT > 0 {
-		m.ratio.WithLabelValues(cluster, d.Instance.Model, "ttft").Observe(float64(o.TTFT+d.QueueWait) / float64(d.PredictedTTFT))
+		m.ratio.WithLabelValues(cluster, m.labels.model(d.Instance.Model), "ttft").Observe(float64(o.TTFT+d.QueueWait) / float64(d.PredictedTTFT))
 	}
 }
 
@@ -140,26 +140,25 @@ func (mt *Meter) Record(ev billing.UsageEvent) {
 // ObserveUsage records one served request's usage event; billedUSD is what
 // the tenant is charged for it.
 func (m *Metrics) ObserveUsage(ev billing.UsageEvent, billedUSD float64) {
-	policy := ev.Policy
-	if policy == "" {
-		policy = "default"
+	policy := knownPolicy(ev.Policy)
+	status := boundedStatus(ev.Status)
+	code := strconv.Itoa(ev.HTTPStatus)
+	if ev.HTTPStatus < 100 || ev.HTTPStatus > 599 {
+		code = "other"
 	}
-	status := ev.Status
-	if status == "" {
-		status = "unknown"
-	}
-	m.requests.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID, policy, status, strconv.Itoa(ev.HTTPStatus)).Inc()
-	m.duration.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID, policy, status).Observe(ev.E2E.Seconds())
+	cl, model, inst := m.labels.cluster(ev.ClusterID), m.labels.model(ev.Model), m.labels.instance(ev.InstanceID)
+	m.requests.WithLabelValues(cl, model, inst, policy, status, code).Inc()
+	m.duration.WithLabelValues(cl, model, inst, policy, status).Observe(ev.E2E.Seconds())
 	if ev.TTFT > 0 {
-		m.ttft.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID).Observe(ev.TTFT.Seconds())
+		m.ttft.WithLabelValues(cl, model, inst).Observe(ev.TTFT.Seconds())
 	}
-	m.tokens.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID, "prompt").Add(float64(max(ev.PromptTokens, 0)))
-	m.tokens.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID, "output").Add(float64(max(ev.OutputTokens, 0)))
+	m.tokens.WithLabelValues(cl, model, inst, "prompt").Add(float64(max(ev.PromptTokens, 0)))
+	m.tokens.WithLabelValues(cl, model, inst, "output").Add(float64(max(ev.OutputTokens, 0)))
 	cost := ev.Cost.USD()
 	if ev.Cost == 0 && ev.CostUSD != 0 { // not priced yet (deprecated float cost)
 		c, _ := billing.NanoFromUSD(ev.CostUSD)
 		cost = c.USD()
 	}
-	m.costUSD.WithLabelValues(ev.ClusterID, ev.Model, ev.InstanceID).Add(max(cost, 0))
-	m.billedUSD.WithLabelValues(ev.ClusterID, ev.Model).Add(max(billedUSD, 0))
+	m.costUSD.WithLabelValues(cl, model, inst).Add(finiteNonNeg(cost))
+	m.billedUSD.WithLabelValues(cl, model).Add(finiteNonNeg(billedUSD))
 }

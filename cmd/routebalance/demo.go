@@ -99,7 +99,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	serveArgs := append([]string{"--addr", addr, "--data-dir", c.dataDir, "--allow-private-endpoints", "--database-url", ""}, index...)
+	// Metrics on a free loopback port (logged), so two demos do not clash.
+	serveArgs := append([]string{"--addr", addr, "--data-dir", c.dataDir, "--allow-private-endpoints", "--database-url", "", "--metrics-addr", "127.0.0.1:0"}, index...)
 	served := make(chan error, 1)
 	go func() { served <- runServe(ctx, serveArgs, io.Discard, logFile) }()
 	base := "http://" + addr

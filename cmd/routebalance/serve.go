@@ -60,6 +60,7 @@ type serveConfig struct {
 	billing         billingFlags
 	metricsAddr     string
 	pprofAddr       string
+	metricsToken    string
 	trustedProxies  []string
 	tracing         telemetry.TracingConfig
 	redis           redisFlags
@@ -113,8 +114,9 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by routebalance index build; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
 	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
 	addBillingFlags(fs, &c.billing)
-	fs.StringVar(&c.metricsAddr, "metrics-addr", env("METRICS_ADDR", ""), "serve Prometheus /metrics on this address instead of the main listener (env ROUTEBALANCE_METRICS_ADDR)")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", env("PPROF_ADDR", ""), "serve Go's /debug/pprof/ profiles on this address (keep it private: loopback or a debug port); empty turns them off (env ROUTEBALANCE_PPROF_ADDR)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", env("METRICS_ADDR", defaultMetricsAddr), "serve Prometheus /metrics on this address, its own listener (loopback by default; empty: none) (env ROUTEBALANCE_METRICS_ADDR)")
+	fs.StringVar(&c.metricsToken, "metrics-token", env("METRICS_TOKEN", ""), "also serve /metrics on the main listener to scrapes bearing this token (Authorization: Bearer <token>), and require it on --metrics-addr too; empty: /metrics is never on the main listener (env ROUTEBALANCE_METRICS_TOKEN)")
 	c.trustedProxies = splitList(env("TRUSTED_PROXIES", ""))
 	fs.Func("trusted-proxies", "comma-separated addresses or CIDRs of reverse proxies whose X-Forwarded-For names the client (login throttling counts per client address); empty trusts no header (env ROUTEBALANCE_TRUSTED_PROXIES)", func(v string) error {
 		c.trustedProxies = splitList(v)
@@ -457,7 +459,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// routing (402 over budget or unpaid past the grace period).
 	// Metrics observe the inference path through wrappers around the
 	// router and the meter, and read live state at scrape time.
-	tel, err := telemetry.New(telemetry.DefaultConfig(), telemetry.Deps{State: router.State, MeterStats: bill.meter.Stats, Outbox: bill.store, Log: log})
+	tcfgMetrics := telemetry.DefaultConfig()
+	// Label pseudonyms are keyed by the session secret, so every replica
+	// (same --jwt-secret) labels a cluster alike and nobody without the
+	// secret can map them back.
+	tcfgMetrics.LabelKey = metricsLabelKey(jwtSecret)
+	tel, err := telemetry.New(tcfgMetrics, telemetry.Deps{State: router.State, MeterStats: bill.meter.Stats, Outbox: bill.store, Log: log})
 	if err != nil {
 		return err
 	}
@@ -516,10 +523,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		deps.WhatIf.Estimator = knn
 	}
 
-	if cfg.metricsAddr == "" {
-		deps.Metrics = tel.Handler()
-	} else {
-		stopMetrics, err := serveMetrics(cfg.metricsAddr, tel.Handler(), log)
+	if cfg.metricsToken != "" {
+		deps.Metrics, deps.MetricsToken = tel.Handler(), cfg.metricsToken
+	}
+	if cfg.metricsAddr == "" && cfg.metricsToken == "" {
+		log.Warn("metrics are not served: set --metrics-addr or --metrics-token")
+	}
+	if cfg.metricsAddr != "" {
+		stopMetrics, err := serveMetrics(cfg.metricsAddr, tel.Handler(), cfg.metricsToken, log)
 		if err != nil {
 			return err
 		}

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 )
 
@@ -23,10 +27,37 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 	return serveMux(addr, "--pprof-addr", "pprof", mux, log)
 }
 
+// defaultMetricsAddr is where /metrics listens unless told otherwise:
+// loopback only, so the default exposes nothing to the network. In a pod,
+// set --metrics-addr 0.0.0.0:9091 (the Helm chart does) and keep the port
+// off the ingress.
+const defaultMetricsAddr = "127.0.0.1:9091"
+
+// metricsLabelKey derives the key of the metrics label pseudonyms from the
+// session secret (HMAC-SHA256 under a fixed context string), so it needs
+// no secret of its own and differs from the signing key.
+func metricsLabelKey(sessionSecret []byte) []byte {
+	mac := hmac.New(sha256.New, sessionSecret)
+	mac.Write([]byte("routebalance metrics label pseudonyms v1"))
+	return mac.Sum(nil)
+}
+
 // serveMetrics serves h at /metrics on its own listener (--metrics-addr)
 // until the returned stop is called; stop waits for the server goroutine.
-func serveMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+// A non-empty token is required as a bearer token.
+func serveMetrics(addr string, h http.Handler, token string, log *slog.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
+	if token != "" {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
+				http.Error(w, "/metrics needs Authorization: Bearer <metrics token>", http.StatusUnauthorized)
+				return
+			}
+			inner.ServeHTTP(w, r)
+		})
+	}
 	mux.Handle("GET /metrics", h)
 	return serveMux(addr, "--metrics-addr", "metrics", mux, log)
 }

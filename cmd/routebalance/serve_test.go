@@ -28,7 +28,9 @@ func startServe(t *testing.T, dataDir string, extra ...string) (string, func() e
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	args := append([]string{"--addr", "127.0.0.1:0", "--data-dir", dataDir, "--database-url", "", "--shutdown-timeout", "5s"}, extra...)
+	// Metrics on a free loopback port unless the test says otherwise (the
+	// default 127.0.0.1:9091 would clash between tests running at once).
+	args := append([]string{"--addr", "127.0.0.1:0", "--data-dir", dataDir, "--database-url", "", "--shutdown-timeout", "5s", "--metrics-addr", "127.0.0.1:0"}, extra...)
 	go func() {
 		err := runServe(ctx, args, pw, io.Discard)
 		pw.Close()

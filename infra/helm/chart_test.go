@@ -239,6 +239,16 @@ func TestChartRendersIntoTypedObjects(t *testing.T) {
 			if svc.Spec.Ports[0].TargetPort.String() != "http" || ctr.Ports[0].Name != "http" {
 				t.Errorf("service targets %q, container port named %q", svc.Spec.Ports[0].TargetPort.String(), ctr.Ports[0].Name)
 			}
+			// /metrics is on its own port, which the ServiceMonitor scrapes
+			// (issue 16 item 2: never on the public API port).
+			if a, _ := envValue(ctr, "ROUTEBALANCE_METRICS_ADDR"); a.Value != "0.0.0.0:9091" || len(ctr.Ports) < 2 || ctr.Ports[1].Name != "metrics" {
+				t.Errorf("ROUTEBALANCE_METRICS_ADDR = %q, ports %+v: want 0.0.0.0:9091 on a port named metrics", a.Value, ctr.Ports)
+			}
+			for _, o := range objs["ServiceMonitor"] {
+				if ep := o.(*monitoringv1.ServiceMonitor).Spec.Endpoints; len(ep) != 1 || ep[0].Port != "metrics" {
+					t.Errorf("ServiceMonitor endpoints %+v: want the metrics port", ep)
+				}
+			}
 			for k, v := range d.Spec.Selector.MatchLabels {
 				if d.Spec.Template.Labels[k] != v || svc.Spec.Selector[k] != v {
 					t.Errorf("selector label %s=%s not on the pod template and service", k, v)
