@@ -96,15 +96,28 @@ func TestSyncStopsScrapingDeleted(t *testing.T) {
 	settle(t, &hitsA, "instance a of the deleted cluster")
 }
 
-// settle checks that n stops growing: it allows one scrape already in
-// flight, then no more over 50 scrape intervals.
+// settle checks that n stops growing: a scrape already in flight when the
+// change was applied may still land, so it first waits (up to 5 s) for
+// two readings 50 ms apart to agree — a scraper still running every 2 ms
+// never agrees — and then requires no growth over 50 more intervals.
 func settle(t *testing.T, n *atomic.Int32, what string) {
 	t.Helper()
-	time.Sleep(20 * time.Millisecond)
-	before := n.Load()
+	deadline := time.Now().Add(5 * time.Second)
+	prev := n.Load()
+	for {
+		time.Sleep(50 * time.Millisecond)
+		cur := n.Load()
+		if cur == prev {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still being scraped after its deletion (%d more in the last 50 ms)", what, cur-prev)
+		}
+		prev = cur
+	}
 	time.Sleep(100 * time.Millisecond)
-	if after := n.Load(); after != before {
-		t.Errorf("%s scraped %d more times after its deletion", what, after-before)
+	if after := n.Load(); after != prev {
+		t.Errorf("%s scraped %d more times after its deletion", what, after-prev)
 	}
 }
 
