@@ -2,12 +2,10 @@ package api
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,20 +16,13 @@ import (
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
-	"github.com/routebalance/routebalance/migrations"
+	"github.com/routebalance/routebalance/migrations/dbtest"
 )
 
+// billingSQLite is a billing ledger on a fresh migrated SQLite database.
 func billingSQLite(t *testing.T) *sqlitestore.Store {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "b.db")+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := migrations.ApplySQLite(context.Background(), db); err != nil {
-		t.Fatal(err)
-	}
-	return sqlitestore.New(db)
+	return sqlitestore.New(dbtest.SQLite(t))
 }
 
 func headerTenant(c *fiber.Ctx) (string, bool) {

@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/migrations/dbtest"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/routing/schedule"
@@ -109,20 +110,20 @@ func TestEndToEndThroughStores(t *testing.T) {
 			t.Errorf("models %+v err %v", models, err)
 		}
 
-		waitFor(t, func() bool { return len(meter.events()) == 2 }, "two usage events")
+		testwait.Until(t, "two usage events", func() bool { return len(meter.events()) == 2 })
 		for _, ev := range meter.events() {
 			if ev.KeyID != keyID || ev.ClusterID != clusterID || ev.InstanceID != instanceID || ev.Status != "ok" || ev.OutputTokens != 3 {
 				t.Errorf("usage event %+v", ev)
 			}
 		}
-		waitFor(t, func() bool {
+		testwait.Until(t, "the scheduler's in-flight count to return to zero", func() bool {
 			for _, st := range router.State(clusterID) {
 				if st.InFlight != 0 {
 					return false
 				}
 			}
 			return true
-		}, "the scheduler's in-flight count to return to zero")
+		})
 
 		if r := e.do("DELETE", "/api/v1/keys/"+keyID, jwt, nil); r.status/100 != 2 {
 			t.Fatalf("revoke: %d %s", r.status, r.raw)

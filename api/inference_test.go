@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
@@ -162,20 +163,20 @@ func (r *countingRouter) Route(ctx context.Context, c *routing.Cluster, req *rou
 // the inner router counts nothing in flight, and returns the counts.
 func (r *countingRouter) settled(t *testing.T) (granted, released int, outcomes []routing.Outcome) {
 	t.Helper()
-	waitFor(t, func() bool {
+	testwait.Until(t, "every assignment to be released", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.released >= r.granted
-	}, "every assignment to be released")
+	})
 	if r.inFlight != nil {
-		waitFor(t, func() bool {
+		testwait.Until(t, "the router's in-flight counters to return to zero", func() bool {
 			for _, n := range r.inFlight() {
 				if n != 0 {
 					return false
 				}
 			}
 			return true
-		}, "the router's in-flight counters to return to zero")
+		})
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -214,17 +215,6 @@ func (q *qualityLog) ObserveQuality(prompt, model string, s float64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.got = append(q.got, fmt.Sprintf("%s|%s|%.2f", prompt, model, s))
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 const (
@@ -770,7 +760,7 @@ func TestMidStreamDeath(t *testing.T) {
 	if len(outs) != 1 || !errors.Is(outs[0].Err, proxy.ErrStreamBroken) || !outs[0].Upstream || outs[0].OutputTokens != 3 {
 		t.Errorf("outcomes %+v", outs)
 	}
-	waitFor(t, func() bool { return len(e.meter.events()) == 1 }, "the usage event")
+	testwait.Until(t, "the usage event", func() bool { return len(e.meter.events()) == 1 })
 	if ev := e.meter.events()[0]; ev.Status != "error" || ev.OutputTokens != 3 {
 		t.Errorf("usage event %+v", ev)
 	}
@@ -815,12 +805,12 @@ func TestClientCancelPropagatesUpstream(t *testing.T) {
 			}
 			cancel()
 			<-done
-			waitFor(t, func() bool { return up.Cancelled() == 1 }, "the upstream to see the client leave")
+			testwait.Until(t, "the upstream to see the client leave", func() bool { return up.Cancelled() == 1 })
 			_, _, outs := e.router.settled(t)
 			if len(outs) != 1 || outs[0].Err == nil || outs[0].Upstream {
 				t.Errorf("outcomes %+v, want one client-side failure", outs)
 			}
-			waitFor(t, func() bool { return len(e.meter.events()) == 1 }, "the usage event")
+			testwait.Until(t, "the usage event", func() bool { return len(e.meter.events()) == 1 })
 			if ev := e.meter.events()[0]; ev.Status != "cancelled" {
 				t.Errorf("usage event status %q", ev.Status)
 			}
@@ -870,7 +860,7 @@ func TestBudgetStopsStream(t *testing.T) {
 	if req := e.router.lastRequest(); req.BudgetUSD != 0.004 {
 		t.Errorf("routing request budget %v", req.BudgetUSD)
 	}
-	waitFor(t, func() bool { return len(e.meter.events()) == 1 }, "the usage event")
+	testwait.Until(t, "the usage event", func() bool { return len(e.meter.events()) == 1 })
 	if ev := e.meter.events()[0]; ev.Status != "budget" || ev.OutputTokens != 4 {
 		t.Errorf("usage event %+v", ev)
 	}
@@ -892,7 +882,7 @@ func TestReleasedExactlyOnceOnPanic(t *testing.T) {
 	if g != 1 || r != 1 || outs[0].Err == nil || !strings.Contains(outs[0].Err.Error(), "panic") {
 		t.Errorf("granted %d released %d outcomes %+v", g, r, outs)
 	}
-	waitFor(t, func() bool { return len(e.meter.events()) == 1 }, "the usage event")
+	testwait.Until(t, "the usage event", func() bool { return len(e.meter.events()) == 1 })
 	if ev := e.meter.events()[0]; ev.Status != "error" || ev.OutputTokens != 2 {
 		t.Errorf("usage event after the panic %+v, want status error with the 2 tokens sent", ev)
 	}
@@ -1194,7 +1184,7 @@ func TestReleasedExactlyOnceOnEveryPath(t *testing.T) {
 			if tc.refused {
 				wantEvents = 2
 			}
-			waitFor(t, func() bool { return len(e.meter.events()) >= wantEvents }, "the usage events")
+			testwait.Until(t, "the usage events", func() bool { return len(e.meter.events()) >= wantEvents })
 			evs := e.meter.events()
 			if len(evs) != wantEvents || evs[len(evs)-1].Status != tc.wantEvent {
 				t.Errorf("usage events %+v, want %d ending %q", evs, wantEvents, tc.wantEvent)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
@@ -111,7 +112,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatalf("unknown model: %d", resp.StatusCode)
 	}
 	granted, _, _ := counting.settled(t)
-	waitFor(t, func() bool { return len(meter.events()) == 2 }, "two usage events")
+	testwait.Until(t, "two usage events", func() bool { return len(meter.events()) == 2 })
 	evs := meter.events()
 
 	if resp, err := http.Get(e.url + "/metrics"); err != nil || resp.StatusCode != 401 {

@@ -18,6 +18,7 @@ import (
 	"github.com/routebalance/routebalance/billing/internal/billingtest"
 	"github.com/routebalance/routebalance/billing/pgstore"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
+	"github.com/routebalance/routebalance/internal/testwait"
 )
 
 // engine is one real ledger under test with a way to count its rows.
@@ -98,17 +99,6 @@ func runMeter(t *testing.T, m *billing.Meter) (stop func()) {
 	return stop
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestMeterWritesOnceAndFlushesOnShutdown(t *testing.T) {
 	billingtest.RunShifted(t, meterBase, func(t *testing.T, now time.Time) {
 		clk := billingtest.NewClock(now)
@@ -171,7 +161,7 @@ func TestMeterLoadsPeriodSpendAtStart(t *testing.T) {
 				before.Billed = billing.NanoPerUSD
 				m.Record(before)
 				stop := runMeter(t, m)
-				waitFor(t, "spend loaded and event written", func() bool { return m.Stats().Written == 1 })
+				testwait.Until(t, "spend loaded and event written", func() bool { return m.Stats().Written == 1 })
 				stop()
 				if got := guard.Spent("t1"); got != 5*billing.NanoPerUSD {
 					t.Errorf("spend = %v, want 5", got)
@@ -210,7 +200,7 @@ func TestMeterSurvivesDatabaseOutage(t *testing.T) {
 		const n = 3000
 		for i := range n {
 			if i == 500 {
-				waitFor(t, "first events written", func() bool { return m.Stats().Written > 0 })
+				testwait.Until(t, "first events written", func() bool { return m.Stats().Written > 0 })
 				proxy.Down()
 			}
 			if i == 2500 {
@@ -223,7 +213,7 @@ func TestMeterSurvivesDatabaseOutage(t *testing.T) {
 		}
 		// Written may stay below n: a commit whose answer the outage cut is
 		// retried and then finds its rows already stored.
-		waitFor(t, "all events stored", func() bool { rows, _ := e.count(t); return rows >= n })
+		testwait.Until(t, "all events stored", func() bool { rows, _ := e.count(t); return rows >= n })
 		stop()
 		rows, _ := e.count(t)
 		if rows != n {
@@ -282,9 +272,9 @@ func TestMeterSpillsAtShutdownAndReplaysOnRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		stop2 := runMeter(t, m2)
-		waitFor(t, "replay", func() bool { return m2.Stats().Written == n })
+		testwait.Until(t, "replay", func() bool { return m2.Stats().Written == n })
 		// Run loads the month's spend right after the leftover replay.
-		waitFor(t, "spend load", func() bool { return guard.Spent("t1") > 0 })
+		testwait.Until(t, "spend load", func() bool { return guard.Spent("t1") > 0 })
 		stop2()
 		if rows, _ := e.count(t); rows != n {
 			t.Errorf("rows after restart = %d, want %d", rows, n)
@@ -355,7 +345,7 @@ func TestGuardSeesOtherReplicas(t *testing.T) {
 		if got := ga.Spent("t1"); got < 200_000_000 {
 			t.Errorf("replica A's own spend = %v, want ≥ 0.2 at once", got)
 		}
-		waitFor(t, "both replicas to see all spend", func() bool {
+		testwait.Until(t, "both replicas to see all spend", func() bool {
 			return ga.Spent("t1") == 202_000_000 && gb.Spent("t1") == 202_000_000
 		})
 		err := gb.Check(billing.Limits{TenantID: "t1", TenantMonthlyUSD: 0.2})
@@ -383,7 +373,7 @@ func TestMeterReplaysLegacyFloatSpillLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	runMeter(t, m)
-	waitFor(t, "leftover replayed", func() bool { return m.Stats().Written == 2 })
+	testwait.Until(t, "leftover replayed", func() bool { return m.Stats().Written == 2 })
 	rows, billed := e.count(t)
 	if rows != 2 || billed != 2_500_000 {
 		t.Errorf("rows %d billed %d, want 2 rows and exactly 2 500 000 nano-USD", rows, billed)

@@ -14,10 +14,9 @@ import (
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
-	"github.com/routebalance/routebalance/migrations"
+	"github.com/routebalance/routebalance/migrations/dbtest"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/schedule"
-	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
 // fakeScheduler grants one fixed decision or fails with err.
@@ -235,15 +234,7 @@ func TestStateCollector(t *testing.T) {
 func TestBillingCollector(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	db, err := sqlstore.OpenSQLite(filepath.Join(dir, "rb.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := migrations.ApplySQLite(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	store := sqlitestore.New(db)
+	store := sqlitestore.New(dbtest.SQLite(t))
 	cfg := billing.DefaultConfig()
 	cfg.SpillDir = filepath.Join(dir, "meter")
 	meter, err := billing.NewMeter(cfg, store, billing.NewGuard(nil, time.Hour), quiet(), nil)

@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/routebalance/routebalance/internal/testwait"
 )
 
 // testCluster is a two-instance cluster whose world runs 100 times faster
@@ -381,20 +382,7 @@ func TestMetricsAgreeWithEngine(t *testing.T) {
 	}
 	cancel()
 	stream.Close()
-	waitFor(t, "the aborted stream to leave the engine", func() bool { return in.State().Running == 0 && in.Stats().Aborted == 1 })
-}
-
-// waitFor polls cond until it holds; it fails the test after a generous
-// deadline (a liveness bound, not a speed assertion).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, "the aborted stream to leave the engine", func() bool { return in.State().Running == 0 && in.Stats().Aborted == 1 })
 }
 
 func postFault(t *testing.T, in *Instance, body string) Fault {
@@ -465,7 +453,7 @@ func TestFaultStall(t *testing.T) {
 		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "big", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
 		done <- err
 	}()
-	waitFor(t, "the request to be stalled", func() bool { return in.Stalled() == 1 })
+	testwait.Until(t, "the request to be stalled", func() bool { return in.Stalled() == 1 })
 	if st := in.Stats(); st.Submitted != 0 {
 		t.Errorf("a stalled request reached the engine: %+v", st)
 	}
@@ -473,7 +461,7 @@ func TestFaultStall(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Error("cancelled stalled request succeeded")
 	}
-	waitFor(t, "the stall to end", func() bool { return in.Stalled() == 0 })
+	testwait.Until(t, "the stall to end", func() bool { return in.Stalled() == 0 })
 }
 
 func TestFaultDieAndRevive(t *testing.T) {
@@ -496,7 +484,7 @@ func TestFaultDieAndRevive(t *testing.T) {
 	if stream.Err() == nil {
 		t.Errorf("stream ended cleanly after %d more chunks although the instance died", n)
 	}
-	waitFor(t, "the cut stream to leave the engine", func() bool { return in.State().Running == 0 })
+	testwait.Until(t, "the cut stream to leave the engine", func() bool { return in.State().Running == 0 })
 	// New requests get no answer at all.
 	hc := &http.Client{Timeout: 10 * time.Second}
 	for _, path := range []string{"/health", "/v1/models"} {

@@ -38,6 +38,15 @@ func Postgres(t testing.TB) *pgxpool.Pool {
 	if url == "" {
 		url = DefaultDatabaseURL
 	}
+	return PoolAt(t, url, Schema(t, url))
+}
+
+// Schema creates a fresh schema on the Postgres server at url, applies
+// every migration in it and drops it (CASCADE) when the test ends; it
+// returns the schema's name. Tests that reach the server another way (a
+// proxy that can cut it off) open their pool on it with PoolAt.
+func Schema(t testing.TB, url string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var b [6]byte
@@ -65,21 +74,29 @@ func Postgres(t testing.TB) *pgxpool.Pool {
 			t.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
+	pool := PoolAt(t, url, schema)
+	if _, err := migrations.ApplyPostgres(ctx, pool); err != nil {
+		t.Fatalf("migrate %s: %v", schema, err)
+	}
+	return schema
+}
 
+// PoolAt opens a pool on url with search_path set to schema; it is closed
+// when the test ends (before the schema is dropped).
+func PoolAt(t testing.TB, url, schema string) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		t.Fatalf("parse DATABASE_URL: %v", err)
+		t.Fatalf("parse %s: %v", url, err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	cfg.MaxConns = 4
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("open pool: %v", err)
 	}
-	t.Cleanup(pool.Close) // runs before the schema drop (LIFO)
-	if _, err := migrations.ApplyPostgres(ctx, pool); err != nil {
-		t.Fatalf("migrate %s: %v", schema, err)
-	}
+	t.Cleanup(pool.Close) // LIFO: runs before Schema's drop
 	return pool
 }
 

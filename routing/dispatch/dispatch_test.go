@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,11 +15,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	_ "modernc.org/sqlite"
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
-	"github.com/routebalance/routebalance/migrations"
+	"github.com/routebalance/routebalance/migrations/dbtest"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/proxy"
@@ -439,14 +436,7 @@ func TestPanicWhileRelaying(t *testing.T) {
 // TestMeteredInSQLite runs calls that end every way through the real meter
 // over a real SQLite ledger and reads back one row per call.
 func TestMeteredInSQLite(t *testing.T) {
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "b.db")+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := migrations.ApplySQLite(context.Background(), db); err != nil {
-		t.Fatal(err)
-	}
+	db := dbtest.SQLite(t)
 	cfg := billing.DefaultConfig()
 	cfg.SpillDir = t.TempDir()
 	m, err := billing.NewMeter(cfg, sqlitestore.New(db), billing.NewGuard(nil, time.Hour), quiet(), nil)

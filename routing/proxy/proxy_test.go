@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 )
@@ -471,7 +472,7 @@ func TestClientCancelBeforeHeadersReachesUpstream(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnreachable) {
 		t.Fatalf("err %v, want context.Canceled and not retryable", err)
 	}
-	waitFor(t, func() bool { return up.Cancelled() == 1 }, "upstream to see the cancellation")
+	testwait.Until(t, "upstream to see the cancellation", func() bool { return up.Cancelled() == 1 })
 }
 
 func TestClientGoneMidStreamCancelsUpstream(t *testing.T) {
@@ -487,7 +488,7 @@ func TestClientGoneMidStreamCancelsUpstream(t *testing.T) {
 	if res.Status != ResultCancelled || !errors.Is(res.Outcome.Err, errGone) || res.Outcome.Upstream {
 		t.Fatalf("status %q err %v upstream %v", res.Status, res.Outcome.Err, res.Outcome.Upstream)
 	}
-	waitFor(t, func() bool { return up.Cancelled() == 1 }, "upstream to see the cancellation")
+	testwait.Until(t, "upstream to see the cancellation", func() bool { return up.Cancelled() == 1 })
 	if up.Finished() != 0 {
 		t.Errorf("upstream finished %d requests, want 0", up.Finished())
 	}
@@ -511,23 +512,12 @@ func TestContextCancelMidStream(t *testing.T) {
 	if res.Status != ResultCancelled || !errors.Is(res.Outcome.Err, context.Canceled) || res.Outcome.Upstream {
 		t.Fatalf("status %q err %v upstream %v", res.Status, res.Outcome.Err, res.Outcome.Upstream)
 	}
-	waitFor(t, func() bool { return up.Cancelled() == 1 }, "upstream to see the cancellation")
+	testwait.Until(t, "upstream to see the cancellation", func() bool { return up.Cancelled() == 1 })
 }
 
 type progressFunc func(int)
 
 func (f progressFunc) Progress(n int) { f(n) }
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // TestRewrite checks the body sent upstream byte for byte: the client's
 // members keep their order and formatting, the ones the proxy sets are

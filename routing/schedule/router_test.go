@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing"
 )
 
@@ -184,7 +185,7 @@ func TestAdmissionQueue(t *testing.T) {
 		_, err := r.Route(ctx, c, &routing.Request{ID: "quitter"})
 		errc <- err
 	}()
-	waitFor(t, func() bool { return inFlight(r, "c1")["i0"] == [2]int{1, 1} })
+	testwait.Until(t, "one running and one queued on i0", func() bool { return inFlight(r, "c1")["i0"] == [2]int{1, 1} })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled waiter: err = %v, want context.Canceled", err)
@@ -202,7 +203,7 @@ func TestAdmissionQueue(t *testing.T) {
 		}
 		got <- a
 	}()
-	waitFor(t, func() bool { return inFlight(r, "c1")["i0"] == [2]int{1, 1} })
+	testwait.Until(t, "one running and one queued on i0", func() bool { return inFlight(r, "c1")["i0"] == [2]int{1, 1} })
 	first.Release(routing.Outcome{OutputTokens: 5})
 	second := <-got
 	if second == nil {
@@ -281,17 +282,6 @@ func TestVersionChangeKeepsCounters(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // gateEstimator blocks its first call until the test opens the gate, so
 // requests arriving meanwhile pile up for the next batch.
 type gateEstimator struct {
@@ -336,7 +326,7 @@ func TestBatchingWithoutBubble(t *testing.T) {
 			results <- res{a, err}
 		}()
 	}
-	waitFor(t, func() bool {
+	testwait.Until(t, "three requests pending on c1", func() bool {
 		run := r.clusters["c1"]
 		run.mu.Lock()
 		defer run.mu.Unlock()
@@ -416,7 +406,7 @@ func TestRouterScrapes(t *testing.T) {
 	c := testCluster(PolicyShortestQueue, 1)
 	c.Instances[0].BaseURL = srv.URL + "/v1"
 	route(t, r, c, &routing.Request{ID: "a"}).Release(routing.Outcome{})
-	waitFor(t, func() bool { s := r.State("c1"); return !s[0].Stale })
+	testwait.Until(t, "a fresh scrape of c1", func() bool { s := r.State("c1"); return !s[0].Stale })
 	s := r.State("c1")[0]
 	if s.Running != 5 || s.Waiting != 2 {
 		t.Errorf("state running/waiting = %v/%v, want 5/2", s.Running, s.Waiting)
@@ -449,9 +439,9 @@ func TestEjectionRequeues(t *testing.T) {
 		}
 		got <- x
 	}()
-	waitFor(t, func() bool { return inFlight(r, "c1")["i0"] == [2]int{1, 1} }) // queued on i0 (round-robin tie)
+	testwait.Until(t, "one running and one queued on i0", func() bool { return inFlight(r, "c1")["i0"] == [2]int{1, 1} }) // queued on i0 (round-robin tie)
 	a.Release(routing.Outcome{Err: errors.New("connection refused"), Upstream: true})
-	waitFor(t, func() bool { return inFlight(r, "c1")["i1"] == [2]int{1, 1} })
+	testwait.Until(t, "one running and one queued on i1", func() bool { return inFlight(r, "c1")["i1"] == [2]int{1, 1} })
 	if s := r.State("c1")[0]; s.Healthy || s.Queue != 0 {
 		t.Errorf("i0 after the failure: healthy %v queue %d, want ejected and empty", s.Healthy, s.Queue)
 	}
