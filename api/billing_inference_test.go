@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/routing/dispatch/dispatchtest"
 	"github.com/routebalance/routebalance/tenants"
 )
 
@@ -34,7 +35,7 @@ func TestInferenceSpendCap(t *testing.T) {
 		m.Record(billing.UsageEvent{RequestID: fmt.Sprint("spend-", i), TenantID: p.Tenant.ID, KeyID: p.Key.ID, CostUSD: 1, Status: "ok"})
 	}
 
-	router := &countingRouter{inner: newTestRouter()}
+	router := &dispatchtest.Router{Inner: newTestRouter()}
 	keys := &keyTable{keys: map[string]*tenants.Principal{"k-over": over, "k-keyover": keyOver}, revoked: map[string]bool{}}
 	s := New(Config{BodyLimit: 1 << 20}, Deps{Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Inference: InferenceDeps{Keys: keys, Router: router, Meter: m, Spend: guard}})
@@ -62,9 +63,7 @@ func TestInferenceSpendCap(t *testing.T) {
 			t.Errorf("%s: status %d code %q type %q message %q; want 402 budget_exceeded %s %q…", tt.key, apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, typeInsufficient, tt.wantMsg)
 		}
 	}
-	router.mu.Lock()
-	defer router.mu.Unlock()
-	if router.granted != 0 || len(router.requests) != 0 {
-		t.Errorf("refused requests reached the router: %d routed", len(router.requests))
+	if g, _, _ := router.Counts(); g != 0 || len(router.Requests()) != 0 {
+		t.Errorf("refused requests reached the router: %d routed", len(router.Requests()))
 	}
 }

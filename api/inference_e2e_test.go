@@ -175,7 +175,7 @@ func TestSpendGuard(t *testing.T) {
 				if env := decodeEnvelope(t, body); str(env.Error.Code) != tc.code {
 					t.Errorf("code %q, want %q", str(env.Error.Code), tc.code)
 				}
-				if g, _, _ := e.router.settled(t); g != 0 {
+				if g, _, _ := e.router.Settled(t); g != 0 {
 					t.Errorf("a refused request was routed")
 				}
 			}

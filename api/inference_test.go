@@ -23,6 +23,7 @@ import (
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/dispatch/dispatchtest"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/routing/schedule"
@@ -47,7 +48,7 @@ func (k *keyTable) ResolveKey(_ context.Context, secret string) (*tenants.Princi
 }
 
 // testRouter is a small shortest-queue router (fewest in flight, ties to
-// the earliest instance) with injectable failures; countingRouter wraps it
+// the earliest instance) with injectable failures; dispatchtest.Router wraps it
 // (or the real schedule.Router) to count grants and releases.
 type testRouter struct {
 	mu       sync.Mutex
@@ -122,73 +123,6 @@ func (r *testRouter) inFlight() map[string]int {
 	return out
 }
 
-// countingRouter wraps a Router and counts what passes: requests, grants,
-// releases and their outcomes. routing.Assignment forwards only the first
-// Release, so released == granted after settling means every assignment
-// was released once and none leaked.
-type countingRouter struct {
-	inner    Router
-	inFlight func() map[string]int // the inner router's own counters
-
-	mu       sync.Mutex
-	granted  int
-	released int
-	outcomes []routing.Outcome
-	requests []routing.Request
-}
-
-func (r *countingRouter) Route(ctx context.Context, c *routing.Cluster, req *routing.Request) (*routing.Assignment, error) {
-	r.mu.Lock()
-	cp := *req
-	cp.Exclude = append([]string(nil), req.Exclude...)
-	r.requests = append(r.requests, cp)
-	r.mu.Unlock()
-	a, err := r.inner.Route(ctx, c, req)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.granted++
-	r.mu.Unlock()
-	return routing.NewAssignment(a.Decision, func(o routing.Outcome) {
-		r.mu.Lock()
-		r.released++
-		r.outcomes = append(r.outcomes, o)
-		r.mu.Unlock()
-		a.Release(o)
-	}, a.Progress), nil
-}
-
-// settled waits until every granted assignment was released, checks that
-// the inner router counts nothing in flight, and returns the counts.
-func (r *countingRouter) settled(t *testing.T) (granted, released int, outcomes []routing.Outcome) {
-	t.Helper()
-	testwait.Until(t, "every assignment to be released", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.released >= r.granted
-	})
-	if r.inFlight != nil {
-		testwait.Until(t, "the router's in-flight counters to return to zero", func() bool {
-			for _, n := range r.inFlight() {
-				if n != 0 {
-					return false
-				}
-			}
-			return true
-		})
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.granted, r.released, append([]routing.Outcome(nil), r.outcomes...)
-}
-
-func (r *countingRouter) lastRequest() routing.Request {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.requests[len(r.requests)-1]
-}
-
 type meterLog struct {
 	mu  sync.Mutex
 	evs []billing.UsageEvent
@@ -226,7 +160,7 @@ const (
 // infEnv is a running api server with a cluster of fake vLLM instances.
 type infEnv struct {
 	url     string
-	router  *countingRouter
+	router  *dispatchtest.Router
 	fake    *testRouter      // the test router, unless realRouter
 	real    *schedule.Router // the scheduler's router when realRouter
 	meter   *meterLog
@@ -263,7 +197,7 @@ func newInfEnv(t testing.TB, o envOpts) *infEnv {
 	e.p.Cluster.Policy.Name = o.policy
 	if o.realRouter {
 		e.real = startRouter(t)
-		e.router = &countingRouter{inner: e.real, inFlight: func() map[string]int {
+		e.router = &dispatchtest.Router{Inner: e.real, InFlight: func() map[string]int {
 			out := map[string]int{}
 			for _, st := range e.real.State(e.p.Cluster.ID) {
 				out[st.ID] = st.InFlight
@@ -272,7 +206,7 @@ func newInfEnv(t testing.TB, o envOpts) *infEnv {
 		}}
 	} else {
 		e.fake = newTestRouter()
-		e.router = &countingRouter{inner: e.fake, inFlight: e.fake.inFlight}
+		e.router = &dispatchtest.Router{Inner: e.fake, InFlight: e.fake.inFlight}
 	}
 	e.keys = &keyTable{
 		keys:    map[string]*tenants.Principal{testKey: e.p, revokedKey: e.p, otherKey: principal("t2", o.instances)},
@@ -418,11 +352,11 @@ func TestSDKChatCompletion(t *testing.T) {
 	if len(ups) != 1 || ups[0].Body["model"] != "qwen-7b" || ups[0].Authorization != "Bearer upstream-secret" {
 		t.Errorf("upstream saw %+v", ups)
 	}
-	g, r, outs := e.router.settled(t)
+	g, r, outs := e.router.Settled(t)
 	if g != 1 || r != 1 || outs[0].Err != nil || outs[0].OutputTokens != 4 {
 		t.Errorf("granted %d released %d outcomes %+v", g, r, outs)
 	}
-	req := e.router.lastRequest()
+	req := e.router.LastRequest()
 	// routing.EstimateChatTokens: "be brief" 2 and "name four words" 4 tokens, + 5 per message + 3.
 	if req.ID != rid || req.Prompt != "be brief\nname four words" || req.PromptTokens != 2+4+2*5+3 || !req.AnyModel() {
 		t.Errorf("routing request %+v", req)
@@ -454,7 +388,7 @@ func TestSDKCompletion(t *testing.T) {
 		t.Errorf("completion %+v", got)
 	}
 	// routing.EstimateTokens("once upon a time") = (16/4 + 4×4/3)/2 = 4.67 → 5
-	if req := e.router.lastRequest(); req.Model != "qwen-1b" || req.PromptTokens != 5 {
+	if req := e.router.LastRequest(); req.Model != "qwen-1b" || req.PromptTokens != 5 {
 		t.Errorf("routing request model %q tokens %d", req.Model, req.PromptTokens)
 	}
 }
@@ -501,7 +435,7 @@ func TestSDKChatStream(t *testing.T) {
 			}
 		})
 	}
-	g, r, _ := e.router.settled(t)
+	g, r, _ := e.router.Settled(t)
 	if g != 2 || r != 2 {
 		t.Errorf("granted %d released %d", g, r)
 	}
@@ -616,7 +550,7 @@ func TestInferenceBadInputs(t *testing.T) {
 	if len(up.Requests()) != 0 {
 		t.Errorf("bad requests reached the upstream: %d", len(up.Requests()))
 	}
-	g, r, _ := e.router.settled(t)
+	g, r, _ := e.router.Settled(t)
 	if g != 0 || r != 0 {
 		t.Errorf("granted %d released %d, want none", g, r)
 	}
@@ -643,7 +577,7 @@ func TestFailOverOnRefusedConnection(t *testing.T) {
 					if fo != "dead" {
 						t.Errorf("failed over from %q", fo)
 					}
-					if ex := e.router.lastRequest().Exclude; len(ex) != 1 || ex[0] != "dead" {
+					if ex := e.router.LastRequest().Exclude; len(ex) != 1 || ex[0] != "dead" {
 						t.Errorf("retry excluded %v, want [dead]", ex)
 					}
 				}
@@ -651,7 +585,7 @@ func TestFailOverOnRefusedConnection(t *testing.T) {
 			if failovers == 0 {
 				t.Error("no request failed over")
 			}
-			g, r, outs := e.router.settled(t)
+			g, r, outs := e.router.Settled(t)
 			if g != 2+failovers || r != g {
 				t.Fatalf("granted %d released %d, want %d each", g, r, 2+failovers)
 			}
@@ -679,7 +613,7 @@ func TestAllInstancesRefuse(t *testing.T) {
 	if env := decodeEnvelope(t, body); resp.StatusCode != 502 || str(env.Error.Code) != "upstream_unreachable" {
 		t.Fatalf("status %d body %s", resp.StatusCode, body)
 	}
-	g, r, _ := e.router.settled(t)
+	g, r, _ := e.router.Settled(t)
 	if g != 2 || r != 2 {
 		t.Errorf("granted %d released %d, want 2 2 (one retry only)", g, r)
 	}
@@ -691,7 +625,7 @@ func TestOnlyInstanceRefusesNoRetryTarget(t *testing.T) {
 	if env := decodeEnvelope(t, body); resp.StatusCode != 502 || str(env.Error.Code) != "upstream_unreachable" {
 		t.Fatalf("status %d body %s", resp.StatusCode, body)
 	}
-	if g, r, _ := e.router.settled(t); g != 1 || r != 1 {
+	if g, r, _ := e.router.Settled(t); g != 1 || r != 1 {
 		t.Errorf("granted %d released %d", g, r)
 	}
 }
@@ -725,7 +659,7 @@ func TestUpstreamErrorStatus(t *testing.T) {
 					t.Errorf("no decision headers on an upstream error")
 				}
 			}
-			g, r, outs := e.router.settled(t)
+			g, r, outs := e.router.Settled(t)
 			if g != 2 || r != 2 || outs[0].Err == nil || outs[0].Upstream != tc.fault {
 				t.Errorf("granted %d released %d outcome %+v", g, r, outs)
 			}
@@ -756,7 +690,7 @@ func TestMidStreamDeath(t *testing.T) {
 	if text.String() != "w0 w1 w2" {
 		t.Errorf("text before the failure %q", text.String())
 	}
-	_, _, outs := e.router.settled(t)
+	_, _, outs := e.router.Settled(t)
 	if len(outs) != 1 || !errors.Is(outs[0].Err, proxy.ErrStreamBroken) || !outs[0].Upstream || outs[0].OutputTokens != 3 {
 		t.Errorf("outcomes %+v", outs)
 	}
@@ -806,7 +740,7 @@ func TestClientCancelPropagatesUpstream(t *testing.T) {
 			cancel()
 			<-done
 			testwait.Until(t, "the upstream to see the client leave", func() bool { return up.Cancelled() == 1 })
-			_, _, outs := e.router.settled(t)
+			_, _, outs := e.router.Settled(t)
 			if len(outs) != 1 || outs[0].Err == nil || outs[0].Upstream {
 				t.Errorf("outcomes %+v, want one client-side failure", outs)
 			}
@@ -857,7 +791,7 @@ func TestBudgetStopsStream(t *testing.T) {
 	if tokens != 4 || len(finishes) != 1 || finishes[0] != "length" || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Errorf("tokens %d finishes %v body tail %q", tokens, finishes, body[max(0, len(body)-40):])
 	}
-	if req := e.router.lastRequest(); req.BudgetUSD != 0.004 {
+	if req := e.router.LastRequest(); req.BudgetUSD != 0.004 {
 		t.Errorf("routing request budget %v", req.BudgetUSD)
 	}
 	testwait.Until(t, "the usage event", func() bool { return len(e.meter.events()) == 1 })
@@ -878,7 +812,7 @@ func TestReleasedExactlyOnceOnPanic(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(body, "w1") || strings.Contains(body, "w3") {
 		t.Errorf("status %d body %s", resp.StatusCode, body)
 	}
-	g, r, outs := e.router.settled(t)
+	g, r, outs := e.router.Settled(t)
 	if g != 1 || r != 1 || outs[0].Err == nil || !strings.Contains(outs[0].Err.Error(), "panic") {
 		t.Errorf("granted %d released %d outcomes %+v", g, r, outs)
 	}
@@ -977,7 +911,7 @@ func TestOverridesReachTheRouter(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d %s", resp.StatusCode, out)
 			}
-			req := e.router.lastRequest()
+			req := e.router.LastRequest()
 			got := struct {
 				W      routing.Weights
 				SLO    routing.SLO
@@ -1176,7 +1110,7 @@ func TestReleasedExactlyOnceOnEveryPath(t *testing.T) {
 					t.Fatalf("status %d, want %d", code, tc.wantCode)
 				}
 			}
-			g, r, _ := e.router.settled(t)
+			g, r, _ := e.router.Settled(t)
 			if g == 0 || g != r {
 				t.Errorf("granted %d released %d", g, r)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/internal/testwait"
+	"github.com/routebalance/routebalance/routing/dispatch/dispatchtest"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
@@ -85,7 +86,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counting := &countingRouter{inner: tel.Router(real)}
+	counting := &dispatchtest.Router{Inner: tel.Router(real)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := New(Config{Inference: InferenceConfig{ClientCheckInterval: 20 * time.Millisecond}}, Deps{Log: log, Metrics: tel.Handler(), MetricsToken: "scrape-token",
 		Inference: InferenceDeps{Keys: keys, Router: counting, Meter: tel.Meter(meter, billing.DefaultPricing())}})
@@ -111,7 +112,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if resp, _ := e.post(t, "/v1/chat/completions", testKey, `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, nil); resp.StatusCode != 404 {
 		t.Fatalf("unknown model: %d", resp.StatusCode)
 	}
-	granted, _, _ := counting.settled(t)
+	granted, _, _ := counting.Settled(t)
 	testwait.Until(t, "two usage events", func() bool { return len(meter.events()) == 2 })
 	evs := meter.events()
 

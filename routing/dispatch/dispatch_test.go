@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/routebalance/routebalance/migrations/dbtest"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/dispatch"
+	"github.com/routebalance/routebalance/routing/dispatch/dispatchtest"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/routing/respcache"
@@ -50,53 +50,6 @@ func startRouter(t *testing.T) *schedule.Router {
 	return r
 }
 
-// countingRouter wraps the real Router and counts grants, releases and
-// their outcomes, and keeps the requests it was asked to route.
-// routing.Assignment forwards only the first Release, so released ==
-// granted means every assignment was released once.
-type countingRouter struct {
-	inner    dispatch.Router
-	mu       sync.Mutex
-	granted  int
-	released int
-	outcomes []routing.Outcome
-	requests []routing.Request
-	onToken  func(n int)
-}
-
-func (r *countingRouter) Route(ctx context.Context, c *routing.Cluster, req *routing.Request) (*routing.Assignment, error) {
-	r.mu.Lock()
-	cp := *req
-	cp.Exclude = append([]string(nil), req.Exclude...)
-	r.requests = append(r.requests, cp)
-	r.mu.Unlock()
-	a, err := r.inner.Route(ctx, c, req)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.granted++
-	r.mu.Unlock()
-	return routing.NewAssignment(a.Decision, func(o routing.Outcome) {
-		r.mu.Lock()
-		r.released++
-		r.outcomes = append(r.outcomes, o)
-		r.mu.Unlock()
-		a.Release(o)
-	}, func(n int) {
-		if r.onToken != nil {
-			r.onToken(n)
-		}
-		a.Progress(n)
-	}), nil
-}
-
-func (r *countingRouter) counts() (granted, released int, outcomes []routing.Outcome) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.granted, r.released, append([]routing.Outcome(nil), r.outcomes...)
-}
-
 // client is a dispatch.Client that records what it is told and collects
 // the body.
 type client struct {
@@ -124,7 +77,7 @@ func (m *meterLog) Record(ev billing.UsageEvent) { m.evs = append(m.evs, ev) }
 // env is a dispatcher over the real scheduler and the real proxy.
 type env struct {
 	d      *dispatch.Dispatcher
-	router *countingRouter
+	router *dispatchtest.Router
 	meter  *meterLog
 }
 
@@ -142,7 +95,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(px.Close)
-	e := &env{router: &countingRouter{inner: startRouter(t)}, meter: &meterLog{}}
+	e := &env{router: &dispatchtest.Router{Inner: startRouter(t)}, meter: &meterLog{}}
 	deps := dispatch.Deps{Router: e.router, Upstream: px, Meter: e.meter, Spend: o.spend, Limiter: o.limiter, Log: quiet(),
 		Status: func(err error) int {
 			if err == nil {
@@ -210,9 +163,7 @@ func TestFailOverOnRefusedConnection(t *testing.T) {
 				}
 				if len(c.failedOver) > 0 {
 					failovers++
-					e.router.mu.Lock()
-					ex := e.router.requests[len(e.router.requests)-1].Exclude
-					e.router.mu.Unlock()
+					ex := e.router.LastRequest().Exclude
 					if diff := cmp.Diff([]string{"dead"}, c.failedOver); diff != "" || res.Attempts != 2 {
 						t.Errorf("failed over (-want +got):\n%s attempts %d", diff, res.Attempts)
 					}
@@ -230,7 +181,7 @@ func TestFailOverOnRefusedConnection(t *testing.T) {
 			if failovers == 0 {
 				t.Error("no call failed over")
 			}
-			g, r, outs := e.router.counts()
+			g, r, outs := e.router.Counts()
 			if g != 2+failovers || r != g {
 				t.Fatalf("granted %d released %d, want %d each", g, r, 2+failovers)
 			}
@@ -281,12 +232,10 @@ func TestFailOverIsBounded(t *testing.T) {
 			if !errors.As(err, &de) || de.Step != dispatch.StepOpen || !errors.Is(err, proxy.ErrUnreachable) {
 				t.Fatalf("err %v, want an unreachable open error", err)
 			}
-			if g, r, _ := e.router.counts(); g != tc.want || r != tc.want || res.Attempts != tc.want || len(c.decided) != tc.want {
+			if g, r, _ := e.router.Counts(); g != tc.want || r != tc.want || res.Attempts != tc.want || len(c.decided) != tc.want {
 				t.Errorf("granted %d released %d attempts %d decided %v, want %d", g, r, res.Attempts, c.decided, tc.want)
 			}
-			e.router.mu.Lock()
-			reqs := e.router.requests
-			e.router.mu.Unlock()
+			reqs := e.router.Requests()
 			for i, r := range reqs {
 				if len(r.Exclude) != i {
 					t.Errorf("Route call %d excluded %v, want the %d instances tried", i, r.Exclude, i)
@@ -403,7 +352,7 @@ func TestAdmission(t *testing.T) {
 			t.Errorf("call %d: limiter status %+v", i, c.limited)
 		}
 	}
-	if g, _, _ := e.router.counts(); g != 2 {
+	if g, _, _ := e.router.Counts(); g != 2 {
 		t.Errorf("%d calls routed, want the 2 admitted", g)
 	}
 }
@@ -414,7 +363,7 @@ func TestAdmission(t *testing.T) {
 func TestPanicWhileRelaying(t *testing.T) {
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 5})
 	e := newEnv(t, envOpts{})
-	e.router.onToken = func(n int) {
+	e.router.OnToken = func(n int) {
 		if n == 2 {
 			panic("estimator bug")
 		}
@@ -424,7 +373,7 @@ func TestPanicWhileRelaying(t *testing.T) {
 	if err != nil || res.Relay.Status != proxy.ResultError || !strings.Contains(c.body.String(), "w1") || strings.Contains(c.body.String(), "w3") {
 		t.Errorf("err %v status %q body %s", err, res.Relay.Status, c.body.String())
 	}
-	g, r, outs := e.router.counts()
+	g, r, outs := e.router.Counts()
 	if g != 1 || r != 1 || outs[0].Err == nil || !strings.Contains(outs[0].Err.Error(), "panic") {
 		t.Errorf("granted %d released %d outcomes %+v", g, r, outs)
 	}
