@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/tenants"
 )
@@ -41,7 +42,7 @@ func TestAccessLogWaitsForStreamEnd(t *testing.T) {
 		t.Fatalf("stream: %d %q", resp.StatusCode, body)
 	}
 	var line map[string]any
-	waitFor(t, func() bool { line = accessLine(t, logs, "/v1/chat/completions"); return line != nil }, "the access-log line")
+	testwait.Until(t, "the access-log line", func() bool { line = accessLine(t, logs, "/v1/chat/completions"); return line != nil })
 	if got, _ := line["bytes_out"].(float64); int(got) != len(body) {
 		t.Errorf("bytes_out = %v, want the %d bytes the client received (line %v)", line["bytes_out"], len(body), line)
 	}
@@ -75,7 +76,7 @@ func TestAccessLogStreamClientGone(t *testing.T) {
 	}
 	resp.Body.Close()
 	var line map[string]any
-	waitFor(t, func() bool { line = accessLine(t, logs, "/v1/chat/completions"); return line != nil }, "the access-log line")
+	testwait.Until(t, "the access-log line", func() bool { line = accessLine(t, logs, "/v1/chat/completions"); return line != nil })
 	if got, _ := line["bytes_out"].(float64); got <= 0 || got >= 500*40 {
 		t.Errorf("bytes_out = %v, want the bytes sent before the client left (> 0, far below 500 tokens)", line["bytes_out"])
 	}

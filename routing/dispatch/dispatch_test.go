@@ -509,9 +509,7 @@ func TestFallbackAcrossModels(t *testing.T) {
 						continue
 					}
 					fallbacks++
-					e.router.mu.Lock()
-					ex := e.router.requests[len(e.router.requests)-1].Exclude
-					e.router.mu.Unlock()
+					ex := e.router.LastRequest().Exclude
 					if diff := cmp.Diff(tc.wantEx, ex, cmpSorted); diff != "" {
 						t.Errorf("call %d: the fallback excluded (-want +got):\n%s", i, diff)
 					}
@@ -534,7 +532,7 @@ func TestFallbackAcrossModels(t *testing.T) {
 						t.Errorf("usage event %+v, want status %s on %q", ev, want, tc.wantServed)
 					}
 				}
-				g, r, outs := e.router.counts()
+				g, r, outs := e.router.Counts()
 				if g != r || g != calls+fallbacks {
 					t.Errorf("granted %d released %d, want %d", g, r, calls+fallbacks)
 				}
@@ -606,7 +604,7 @@ func TestResponseCache(t *testing.T) {
 	if c2.body.String() != c1.body.String() || len(c2.decided) != 0 {
 		t.Errorf("cached body %q (decided %v), want %q with no decision", c2.body.String(), c2.decided, c1.body.String())
 	}
-	if g, _, _ := e.router.counts(); g != 1 {
+	if g, _, _ := e.router.Counts(); g != 1 {
 		t.Errorf("%d instances granted for two calls of one key, want 1", g)
 	}
 	if len(e.meter.evs) != 2 {
