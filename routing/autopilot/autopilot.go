@@ -1,0 +1,402 @@
+// Package autopilot chooses the scheduler's weight vector from a tenant's
+// SLO targets ("p95 E2E under 3 s, as good as possible, at most $X per
+// request"). The controller is a pure function: Candidates proposes the
+// weight vectors one control step may reach from the current state, the
+// caller predicts each (a what-if replay of recent traffic through the
+// simulator), and Decide picks the next weights from the targets, the
+// observed windows and those predictions. Nothing here blocks, sleeps or
+// reads a clock; live.go runs it on a goroutine beside the request path.
+//
+// README.md has the control law.
+package autopilot
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/routebalance/routebalance/routing"
+)
+
+// PresetAutopilot is the preset name that hands the weights to the
+// controller.
+const PresetAutopilot = "autopilot"
+
+// Targets are what a tenant asks for. A zero field is no target; at least
+// one latency target must be set.
+type Targets struct {
+	// P95E2E bounds the 95th percentile of end-to-end latency.
+	P95E2E time.Duration `json:"p95_e2e_ms"`
+	// P95TTFT bounds the 95th percentile of time to first token.
+	P95TTFT time.Duration `json:"p95_ttft_ms"`
+	// MaxCostUSD bounds the mean cost per request.
+	MaxCostUSD float64 `json:"max_cost_usd_per_request"`
+}
+
+// Validate reports targets the controller cannot steer to.
+func (t Targets) Validate() error {
+	if t.P95E2E < 0 || t.P95TTFT < 0 {
+		return errors.New("p95 targets must be > 0")
+	}
+	if t.P95E2E == 0 && t.P95TTFT == 0 {
+		return errors.New("set p95_e2e_ms and/or p95_ttft_ms")
+	}
+	if math.IsNaN(t.MaxCostUSD) || math.IsInf(t.MaxCostUSD, 0) || t.MaxCostUSD < 0 {
+		return fmt.Errorf("max_cost_usd_per_request must be a number >= 0, got %v", t.MaxCostUSD)
+	}
+	return nil
+}
+
+// Key names the target set (one controller per cluster and key).
+func (t Targets) Key() string {
+	return fmt.Sprintf("e2e=%d,ttft=%d,cost=%g", t.P95E2E.Milliseconds(), t.P95TTFT.Milliseconds(), t.MaxCostUSD)
+}
+
+// Window is what was observed over one window of traffic.
+type Window struct {
+	// N is the number of requests the percentiles are over.
+	N int `json:"n"`
+	// P95E2E and P95TTFT are the observed 95th percentiles.
+	P95E2E  time.Duration `json:"p95_e2e"`
+	P95TTFT time.Duration `json:"p95_ttft"`
+	// MeanCostUSD is the mean cost per completed request.
+	MeanCostUSD float64 `json:"mean_cost_usd"`
+	// Quality is the mean served quality (observed or estimated).
+	Quality float64 `json:"quality"`
+}
+
+// Prediction is what a candidate weight vector is predicted to give over
+// the next interval (a replay of recent traffic from the current state).
+type Prediction struct {
+	Weights routing.Weights `json:"weights"`
+	// OK is false when the prediction failed (timeout, no traffic); the
+	// candidate is then judged on feedback only.
+	OK          bool          `json:"ok"`
+	P95E2E      time.Duration `json:"p95_e2e"`
+	P95TTFT     time.Duration `json:"p95_ttft"`
+	MeanCostUSD float64       `json:"mean_cost_usd"`
+	Quality     float64       `json:"quality"`
+}
+
+// Params are the controller's constants (chosen on a validation split;
+// routing/autopilot/README.md).
+type Params struct {
+	// Steps are the transfer sizes the candidates try; each must be in
+	// (0, MaxStep].
+	Steps []float64
+	// MaxStep bounds |Δw| of every weight per step (the fallback's size).
+	MaxStep float64
+	// Margin: a candidate is feasible when its predicted p95 ≤ (1 −
+	// Margin) × target (and its cost ≤ the cost target).
+	Margin float64
+	// Band: when the observed ratio (p95 / target) is above 1 − Band the
+	// controller holds instead of spending headroom (hysteresis).
+	Band float64
+	// Dwell is how many intervals after a latency-ward step before a
+	// quality-ward step is allowed again (hysteresis in time).
+	Dwell int
+	// MinGain is the predicted quality gain a move toward quality must
+	// bring over holding.
+	MinGain float64
+	// MinWindow is the fewest requests a window needs to be trusted as
+	// feedback.
+	MinWindow int
+}
+
+// DefaultParams returns the constants chosen on the validation split
+// (README.md "Constants").
+func DefaultParams() Params {
+	return Params{Steps: []float64{0.05, 0.1, 0.2}, MaxStep: 0.2, Margin: 0.15, Band: 0.25, Dwell: 2, MinGain: 0.002, MinWindow: 20}
+}
+
+// Validate reports constants that break the guarantees (bounded step).
+func (p Params) Validate() error {
+	if !(p.MaxStep > 0 && p.MaxStep <= 1) {
+		return fmt.Errorf("max step must be in (0, 1], got %v", p.MaxStep)
+	}
+	if len(p.Steps) == 0 {
+		return errors.New("no candidate steps")
+	}
+	for _, s := range p.Steps {
+		if !(s > 0 && s <= p.MaxStep) {
+			return fmt.Errorf("step %v outside (0, max step %v]", s, p.MaxStep)
+		}
+	}
+	if !(p.Margin >= 0 && p.Margin < 1) || !(p.Band >= 0 && p.Band < 1) || p.Dwell < 0 || !(p.MinGain >= 0) || p.MinWindow < 0 {
+		return errors.New("margin and band must be in [0, 1), dwell, min gain and min window >= 0")
+	}
+	return nil
+}
+
+// State is the controller's memory between steps.
+type State struct {
+	// Weights are the weights in force.
+	Weights routing.Weights `json:"weights"`
+	// SinceBack counts intervals since the last latency-ward step
+	// (large when there was none).
+	SinceBack int `json:"since_back"`
+}
+
+// NewState starts at w with no recent fallback.
+func NewState(w routing.Weights) State { return State{Weights: w, SinceBack: math.MaxInt32} }
+
+// Actions a Decision reports.
+const (
+	ActionHold     = "hold"
+	ActionQuality  = "toward-quality"
+	ActionFallback = "fallback"       // observed miss: the largest latency-ward step
+	ActionPredict  = "predicted-miss" // predictions say the current weights will miss
+	ActionCost     = "toward-cost"
+)
+
+// Decision is one control step's outcome.
+type Decision struct {
+	Weights routing.Weights `json:"weights"`
+	Action  string          `json:"action"`
+	Reason  string          `json:"reason"`
+	// Ratio is the observed worst p95 / target of the feedback window (NaN
+	// when no window had MinWindow requests).
+	Ratio float64 `json:"ratio"`
+	// Chosen is the index of the chosen candidate's prediction (-1: none
+	// was used).
+	Chosen int `json:"chosen"`
+}
+
+// Move is one candidate: a transfer of Amount from one weight to another.
+type Move struct {
+	From, To string
+	Amount   float64
+}
+
+const (
+	wQuality = "quality"
+	wCost    = "cost"
+	wLatency = "latency"
+)
+
+// Candidates returns the weight vectors one step from s may reach: s's own
+// weights first (hold), then transfers of each step size toward quality
+// (from latency, from cost), toward latency (from quality, from cost) and,
+// with a cost target, toward cost (from quality, from latency). Every
+// candidate stays on the simplex and differs from s.Weights by at most
+// MaxStep in every weight. Duplicates are dropped.
+func Candidates(s State, t Targets, p Params) []routing.Weights {
+	out := []routing.Weights{s.Weights}
+	moves := []Move{}
+	for _, a := range p.Steps {
+		moves = append(moves, Move{wLatency, wQuality, a}, Move{wCost, wQuality, a}, Move{wQuality, wLatency, a}, Move{wCost, wLatency, a})
+		if t.MaxCostUSD > 0 {
+			moves = append(moves, Move{wQuality, wCost, a}, Move{wLatency, wCost, a})
+		}
+	}
+	for _, m := range moves {
+		w, ok := apply(s.Weights, m, p.MaxStep)
+		if !ok {
+			continue
+		}
+		dup := false
+		for _, o := range out {
+			if near(o, w) {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// apply transfers min(m.Amount, w[m.From], maxStep) from one weight to
+// another; ok is false when nothing moves.
+func apply(w routing.Weights, m Move, maxStep float64) (routing.Weights, bool) {
+	from, to := field(&w, m.From), field(&w, m.To)
+	a := math.Min(math.Min(m.Amount, *from), maxStep)
+	if a < 1e-9 {
+		return w, false
+	}
+	*from -= a
+	*to += a
+	return clean(w), true
+}
+
+func field(w *routing.Weights, name string) *float64 {
+	switch name {
+	case wQuality:
+		return &w.Quality
+	case wCost:
+		return &w.Cost
+	}
+	return &w.Latency
+}
+
+// clean rounds away float dust so the weights sum to 1 exactly enough.
+func clean(w routing.Weights) routing.Weights {
+	r := func(x float64) float64 { return math.Max(0, math.Round(x*1e9)/1e9) }
+	w.Quality, w.Cost = r(w.Quality), r(w.Cost)
+	w.Latency = math.Max(0, 1-w.Quality-w.Cost)
+	return w
+}
+
+func near(a, b routing.Weights) bool {
+	return math.Abs(a.Quality-b.Quality) < 1e-9 && math.Abs(a.Cost-b.Cost) < 1e-9 && math.Abs(a.Latency-b.Latency) < 1e-9
+}
+
+// Step is the largest |Δ| over the three weights from a to b.
+func Step(a, b routing.Weights) float64 {
+	return math.Max(math.Abs(a.Quality-b.Quality), math.Max(math.Abs(a.Cost-b.Cost), math.Abs(a.Latency-b.Latency)))
+}
+
+// ratio is the worst p95 / target over the set latency targets (NaN when
+// none is set).
+func ratio(t Targets, e2e, ttft time.Duration) float64 {
+	r := math.NaN()
+	if t.P95E2E > 0 {
+		r = float64(e2e) / float64(t.P95E2E)
+	}
+	if t.P95TTFT > 0 {
+		x := float64(ttft) / float64(t.P95TTFT)
+		if math.IsNaN(r) || x > r {
+			r = x
+		}
+	}
+	return r
+}
+
+// Observed is the feedback ratio: the worst p95 / target of the latest
+// window with at least MinWindow requests (windows oldest first), and its
+// mean cost; NaN and -1 when none qualifies.
+func Observed(t Targets, windows []Window, p Params) (ratio_ float64, cost float64) {
+	for i := len(windows) - 1; i >= 0; i-- {
+		w := windows[i]
+		if w.N >= max(p.MinWindow, 1) {
+			return ratio(t, w.P95E2E, w.P95TTFT), w.MeanCostUSD
+		}
+	}
+	return math.NaN(), -1
+}
+
+// Decide is the control law (README.md): from the state, the targets, the
+// observed windows (oldest first) and the predictions of Candidates (preds
+// may be shorter, or carry OK false, when predictions are unavailable), it
+// returns the next state and the decision. It never moves any weight by
+// more than p.MaxStep.
+func Decide(s State, t Targets, windows []Window, preds []Prediction, p Params) (State, Decision) {
+	obs, obsCost := Observed(t, windows, p)
+	d := Decision{Weights: s.Weights, Action: ActionHold, Ratio: obs, Chosen: -1}
+	next := s
+	if next.SinceBack < math.MaxInt32 {
+		next.SinceBack++
+	}
+	cur := s.Weights
+	predRatio := func(x Prediction) float64 { return ratio(t, x.P95E2E, x.P95TTFT) }
+	costOK := func(c float64) bool { return t.MaxCostUSD <= 0 || c <= t.MaxCostUSD }
+	var hold *Prediction
+	if len(preds) > 0 && preds[0].OK && near(preds[0].Weights, cur) {
+		hold = &preds[0]
+	}
+	// 1. Observed miss: the safe fallback, the largest step toward
+	// latency. Between taking it from quality or from cost the
+	// predictions choose (lower predicted ratio); without them, quality.
+	if obs > 1 {
+		var best routing.Weights
+		found, bestIdx, bestR := false, -1, math.Inf(1)
+		for _, from := range []string{wQuality, wCost} {
+			w, ok := apply(cur, Move{from, wLatency, p.MaxStep}, p.MaxStep)
+			if !ok {
+				continue
+			}
+			r, idx := math.Inf(1), -1
+			for i, x := range preds {
+				if x.OK && near(x.Weights, w) {
+					r, idx = predRatio(x), i
+				}
+			}
+			if !found || r < bestR {
+				best, found, bestIdx, bestR = w, true, idx, r
+			}
+		}
+		next.SinceBack = 0
+		if !found {
+			d.Reason = fmt.Sprintf("observed p95 at %.2f× target, no latency weight left to add", obs)
+			return next, d
+		}
+		next.Weights = best
+		d.Weights, d.Action, d.Chosen = best, ActionFallback, bestIdx
+		d.Reason = fmt.Sprintf("observed p95 at %.2f× target", obs)
+		return next, d
+	}
+	// 2. Cost over its target (latency met): step toward cost.
+	if t.MaxCostUSD > 0 && obsCost > t.MaxCostUSD {
+		if w, ok := apply(cur, Move{wQuality, wCost, p.MaxStep}, p.MaxStep); ok {
+			next.Weights = w
+			d.Weights, d.Action = w, ActionCost
+			d.Reason = fmt.Sprintf("observed cost %.3g > target %.3g USD", obsCost, t.MaxCostUSD)
+			return next, d
+		}
+	}
+	feasible := func(x Prediction) bool { return x.OK && predRatio(x) <= 1-p.Margin && costOK(x.MeanCostUSD) }
+	// 3. Predicted miss of the current weights: take the best feasible
+	// latency-ward candidate, else the one with the lowest predicted ratio.
+	if hold != nil && predRatio(*hold) > 1 {
+		idx, bestQ, bestR := -1, math.Inf(-1), math.Inf(1)
+		for i, x := range preds {
+			if i == 0 || !x.OK || x.Weights.Latency <= cur.Latency {
+				continue
+			}
+			if feasible(x) && x.Quality > bestQ {
+				idx, bestQ = i, x.Quality
+			}
+		}
+		if idx < 0 {
+			for i, x := range preds {
+				if i > 0 && x.OK && x.Weights.Latency > cur.Latency && predRatio(x) < bestR {
+					idx, bestR = i, predRatio(x)
+				}
+			}
+		}
+		if idx >= 0 {
+			next.Weights, next.SinceBack = preds[idx].Weights, 0
+			d.Weights, d.Action, d.Chosen = preds[idx].Weights, ActionPredict, idx
+			d.Reason = fmt.Sprintf("current weights predicted at %.2f× target", predRatio(*hold))
+			return next, d
+		}
+		d.Reason = "current weights predicted to miss; no latency-ward candidate"
+		return next, d
+	}
+	// 4. Hysteresis: close to the target, or just after a fallback, hold.
+	if obs > 1-p.Band {
+		d.Reason = fmt.Sprintf("observed p95 at %.2f× target, inside the band", obs)
+		return next, d
+	}
+	if next.SinceBack <= p.Dwell {
+		d.Reason = fmt.Sprintf("dwell: %d interval(s) since the last latency-ward step", next.SinceBack)
+		return next, d
+	}
+	// 5. Headroom: the feasible candidate with the best predicted quality,
+	// if it beats holding by MinGain.
+	if hold == nil {
+		d.Reason = "no prediction of the current weights"
+		return next, d
+	}
+	idx := -1
+	bestQ := hold.Quality + p.MinGain
+	for i, x := range preds {
+		if i == 0 || !feasible(x) || x.Weights.Quality <= cur.Quality {
+			continue
+		}
+		if x.Quality > bestQ {
+			idx, bestQ = i, x.Quality
+		}
+	}
+	if idx < 0 {
+		d.Reason = "no feasible candidate improves predicted quality"
+		return next, d
+	}
+	next.Weights = preds[idx].Weights
+	d.Weights, d.Action, d.Chosen = preds[idx].Weights, ActionQuality, idx
+	d.Reason = fmt.Sprintf("predicted quality %.4f → %.4f at %.2f× target", hold.Quality, preds[idx].Quality, predRatio(preds[idx]))
+	return next, d
+}
