@@ -12,9 +12,9 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/infra/vllmemu/demoset"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/routing/sim"
 	"github.com/routebalance/routebalance/routing/sim/workload"
@@ -90,7 +90,7 @@ type whatIf struct {
 	sampleOnce sync.Once
 	sample     []workload.Item
 	sampleErr  error
-	lengths    vllmemu.OutputLengths
+	lengths    engine.OutputLengths
 }
 
 type whatIfEntry struct {
@@ -108,7 +108,7 @@ func newWhatIf(cfg WhatIfConfig, deps sim.WhatIfDeps, clock routing.Clock) *what
 // sampleSet is the embedded synthetic demo set as a workload (prompts and
 // tasks only: quality comes from the router's estimator, not its labels),
 // and the reference cluster's output-length world model.
-func (w *whatIf) sampleSet() ([]workload.Item, vllmemu.OutputLengths, error) {
+func (w *whatIf) sampleSet() ([]workload.Item, engine.OutputLengths, error) {
 	w.sampleOnce.Do(func() {
 		items, err := demoset.Items()
 		if err != nil {
@@ -118,7 +118,7 @@ func (w *whatIf) sampleSet() ([]workload.Item, vllmemu.OutputLengths, error) {
 		for _, it := range items {
 			w.sample = append(w.sample, workload.Item{ID: it.ID, Prompt: it.Prompt, Task: it.Task})
 		}
-		w.lengths = vllmemu.ReferenceCluster().OutputLengths
+		w.lengths = engine.ReferenceCluster().OutputLengths
 	})
 	return w.sample, w.lengths, w.sampleErr
 }
@@ -229,7 +229,7 @@ func (s *Server) whatif(c *fiber.Ctx) error {
 		return badRequest("policy", "%v", err)
 	}
 	version := cl.UpdatedAt
-	var tiers []vllmemu.Tier
+	var tiers []engine.Tier
 	for i := range ins {
 		version = maxT(version, ins[i].UpdatedAt)
 		if ins[i].Disabled {

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/sim/loadgen"
 	"github.com/routebalance/routebalance/routing/sim/metrics"
 	"github.com/routebalance/routebalance/routing/sim/workload"
@@ -82,7 +82,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *clusterFile != "" {
-		f, err := vllmemu.LoadCluster(*clusterFile)
+		f, err := engine.LoadCluster(*clusterFile)
 		if err != nil {
 			return err
 		}

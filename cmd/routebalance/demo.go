@@ -20,6 +20,7 @@ import (
 	"github.com/routebalance/routebalance/infra/clusters"
 	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/infra/vllmemu/demoset"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // demoConfig is what `routebalance demo` reads from its flags.
@@ -72,7 +73,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	// 1. The emulated cluster (the project's calibrated reference-13 world),
 	// on OS-chosen loopback ports.
-	file, err := vllmemu.ParseCluster(clusters.Reference13())
+	file, err := engine.ParseCluster(clusters.Reference13())
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
@@ -20,7 +21,7 @@ import (
 // instances, balanced over both; chat only to the chat instance. The
 // ledger meters each embedding by its input tokens with 0 output tokens.
 func TestEmbeddingsRouted(t *testing.T) {
-	f, err := vllmemu.ParseCluster([]byte(`{"name":"emb","tiers":[
+	f, err := engine.ParseCluster([]byte(`{"name":"emb","tiers":[
 		{"model":"qwen-chat","gpu":"a30","tensor_parallel":1,"instances":1,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
 		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1},
 		{"model":"minilm","gpu":"a30","instances":2,"kind":"embedding","dimensions":32,"ttft_overhead_ms":5,"prefill_ms_per_1k_prompt_tokens":10}],

@@ -15,6 +15,7 @@ import (
 	"github.com/routebalance/routebalance/infra/clusters"
 	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/infra/vllmemu/demoset"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // faultFlags collects repeated --fault flags: "K:key=value,key=value".
@@ -86,15 +87,15 @@ func runEmulate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.Usage()
 		return errUsage
 	}
-	var file *vllmemu.ClusterFile
+	var file *engine.ClusterFile
 	if *clusterPath == "" {
 		var err error
-		if file, err = vllmemu.ParseCluster(clusters.Reference13()); err != nil {
+		if file, err = engine.ParseCluster(clusters.Reference13()); err != nil {
 			return err
 		}
 	} else {
 		var err error
-		if file, err = vllmemu.LoadCluster(*clusterPath); err != nil {
+		if file, err = engine.LoadCluster(*clusterPath); err != nil {
 			return err
 		}
 	}

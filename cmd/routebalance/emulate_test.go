@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/routebalance/routebalance/infra/clusters"
-	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 func TestFaultFlags(t *testing.T) {
@@ -69,7 +69,7 @@ func TestRunEmulate(t *testing.T) {
 	if len(lines) < 14 || !strings.HasPrefix(lines[0], "K ") {
 		t.Fatalf("table = %q", out.String())
 	}
-	world, err := vllmemu.ParseCluster(clusters.Reference13())
+	world, err := engine.ParseCluster(clusters.Reference13())
 	if err != nil {
 		t.Fatal(err)
 	}

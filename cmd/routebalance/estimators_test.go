@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // writeLabelled writes a tiny labelled set: arithmetic prompts "solver"
@@ -112,7 +113,7 @@ func TestIndexBuildAndEstimateCommands(t *testing.T) {
 }
 
 func TestProfileAgainstEmulator(t *testing.T) {
-	f := vllmemu.ReferenceCluster()
+	f := engine.ReferenceCluster()
 	f.Tiers = f.Tiers[3:4]
 	f.Tiers[0].Instances = 1
 	ctx, cancel := context.WithCancel(context.Background())

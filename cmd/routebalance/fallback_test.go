@@ -11,6 +11,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
@@ -21,7 +22,7 @@ import (
 // response says X-RouteBalance-Attempts: 2 and which instance it fell back
 // from, and the ledger has exactly one row per request, on llama.
 func TestFallbackToAnotherModel(t *testing.T) {
-	f, err := vllmemu.ParseCluster([]byte(`{"name":"fb","tiers":[
+	f, err := engine.ParseCluster([]byte(`{"name":"fb","tiers":[
 		{"model":"gemma-2-9b-it","gpu":"a30","tensor_parallel":1,"instances":2,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
 		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1},
 		{"model":"llama-3.1-8b-instruct","gpu":"a30","tensor_parallel":1,"instances":1,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,

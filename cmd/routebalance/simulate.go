@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/routebalance/routebalance/infra/clusters"
-	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/routing/sim"
 	"github.com/routebalance/routebalance/routing/sim/metrics"
@@ -62,12 +62,12 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.Usage()
 		return errUsage
 	}
-	var f *vllmemu.ClusterFile
+	var f *engine.ClusterFile
 	var err error
 	if *cluster == "" {
-		f, err = vllmemu.ParseCluster(clusters.Reference13())
+		f, err = engine.ParseCluster(clusters.Reference13())
 	} else {
-		f, err = vllmemu.LoadCluster(*cluster)
+		f, err = engine.LoadCluster(*cluster)
 	}
 	if err != nil {
 		return err

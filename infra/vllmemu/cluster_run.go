@@ -11,12 +11,14 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // Config configures an emulated cluster.
 type Config struct {
 	// File is the cluster to host; required.
-	File *ClusterFile
+	File *engine.ClusterFile
 	// Host is the address the instances listen on; default 127.0.0.1.
 	// Listening on all interfaces must be asked for explicitly ("0.0.0.0").
 	Host string

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // Embeddings: an embedding tier answers POST /v1/embeddings in vLLM's (and
@@ -64,7 +67,7 @@ func embeddingInputs(raw json.RawMessage) ([]string, []int, error) {
 		if one == "" {
 			return nil, nil, errors.New("input must not be an empty string")
 		}
-		return []string{one}, []int{max(EstimateTokens(one), 1)}, nil
+		return []string{one}, []int{max(routing.EstimateTokens(one), 1)}, nil
 	}
 	var many []string
 	if err := json.Unmarshal(raw, &many); err == nil {
@@ -76,7 +79,7 @@ func embeddingInputs(raw json.RawMessage) ([]string, []int, error) {
 			if s == "" {
 				return nil, nil, fmt.Errorf("input[%d] must not be an empty string", i)
 			}
-			counts[i] = max(EstimateTokens(s), 1)
+			counts[i] = max(routing.EstimateTokens(s), 1)
 		}
 		return many, counts, nil
 	}
@@ -123,9 +126,9 @@ func EmbedText(model, text string, dims int) []float32 {
 		words = append(words, f)
 	}
 	add := func(feature string, weight float64) {
-		h := hashPrompt(0xe4b, model, feature)
+		h := engine.HashPrompt(0xe4b, model, feature)
 		for k := 0; k < dims; k += 2 {
-			x := splitmix(h + uint64(k)*0x9e3779b97f4a7c15)
+			x := engine.Splitmix(h + uint64(k)*0x9e3779b97f4a7c15)
 			u1 := (float64(x>>32) + 0.5) / (1 << 32)
 			u2 := (float64(x&0xffffffff) + 0.5) / (1 << 32)
 			r := math.Sqrt(-2 * math.Log(u1))
@@ -217,14 +220,14 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	if !s.admit(w, r, req.Model) {
 		return
 	}
-	reqs := make([]Request, len(texts))
+	reqs := make([]engine.Request, len(texts))
 	total := 0
 	for i, t := range texts {
 		if counts[i] >= s.tier.ContextLen() {
 			s.fail(w, &badRequest{"input", fmt.Sprintf("This model's maximum context length is %d tokens. However, input[%d] has %d tokens.", s.tier.ContextLen(), i, counts[i])})
 			return
 		}
-		reqs[i] = Request{Prompt: t, PromptTokens: counts[i], MaxTokens: 1, IgnoreEOS: true}
+		reqs[i] = engine.Request{Prompt: t, PromptTokens: counts[i], MaxTokens: 1, IgnoreEOS: true}
 		total += counts[i]
 	}
 	sub := s.submitOr(w, "embd-", reqs, "input")

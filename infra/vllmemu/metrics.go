@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
@@ -21,7 +23,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 // WriteMetrics writes an instance's state and statistics in the Prometheus
 // text format (version 0.0.4) under vLLM's metric names, each with the
 // label model_name.
-func WriteMetrics(w io.Writer, model string, st State, stats *Stats) error {
+func WriteMetrics(w io.Writer, model string, st engine.State, stats *engine.Stats) error {
 	b := bufio.NewWriter(w)
 	lbl := `model_name="` + escapeLabel(model) + `"`
 	gauge := func(name, help string, v float64) {
@@ -30,7 +32,7 @@ func WriteMetrics(w io.Writer, model string, st State, stats *Stats) error {
 	counter := func(name, help string, v uint64) {
 		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n%s{%s} %d\n", name, help, name, name, lbl, v)
 	}
-	hist := func(name, help string, h *Histogram) {
+	hist := func(name, help string, h *engine.Histogram) {
 		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
 		cum := h.Cumulative()
 		for i, bound := range h.Bounds {

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // The Responses API (POST /v1/responses), as vLLM serves it for generative
@@ -146,8 +149,8 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if req.Instructions != "" {
 		contents = append([]string{req.Instructions}, texts...)
 	}
-	prompt := JoinChat(contents)
-	promptTokens := EstimateChatTokens(contents)
+	prompt := engine.JoinChat(contents)
+	promptTokens := routing.EstimateChatTokens(contents)
 	if ctxLen := s.tier.ContextLen(); promptTokens+mt > ctxLen || promptTokens >= ctxLen {
 		s.fail(w, &badRequest{"input", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the input, %d in the output).",
 			ctxLen, promptTokens+mt, promptTokens, mt)})
@@ -156,7 +159,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if !s.admit(w, r, req.Model) {
 		return
 	}
-	sub := s.submitOr(w, "resp_", []Request{{Prompt: prompt, Task: s.taskOf(prompt), PromptTokens: promptTokens, MaxTokens: mt}}, "input")
+	sub := s.submitOr(w, "resp_", []engine.Request{{Prompt: prompt, Task: s.taskOf(prompt), PromptTokens: promptTokens, MaxTokens: mt}}, "input")
 	if sub == nil {
 		return
 	}

@@ -14,6 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // TaskLookup tells the task of a prompt for the output-length world model.
@@ -26,9 +29,9 @@ type TaskLookup interface {
 // ServerConfig configures one emulated instance.
 type ServerConfig struct {
 	// Spec is the instance (its index, ID and tier).
-	Spec InstanceSpec
+	Spec engine.InstanceSpec
 	// Lengths is the output-length world model.
-	Lengths OutputLengths
+	Lengths engine.OutputLengths
 	// Seed selects the world (output lengths, injected-error draws).
 	Seed uint64
 	// TimeScale is wall seconds per world second: 0.1 runs the world ten
@@ -67,8 +70,8 @@ func (c *ServerConfig) Validate() error {
 // Server is one emulated vLLM instance: an Engine driven in real time by
 // the goroutine Run owns, and the http.Handler that speaks vLLM's API.
 type Server struct {
-	spec  InstanceSpec
-	tier  Tier
+	spec  engine.InstanceSpec
+	tier  engine.Tier
 	model string
 	scale float64
 	tasks TaskLookup
@@ -80,9 +83,9 @@ type Server struct {
 	stalled atomic.Int64
 
 	mu      sync.Mutex
-	eng     *Engine
+	eng     *engine.Engine
 	streams map[string]*stream
-	events  []Event
+	events  []engine.Event
 	fault   Fault
 	dead    bool
 	life    chan struct{} // closed when the instance dies; replaced on revive
@@ -111,7 +114,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		scale = 1
 	}
 	start := time.Now()
-	eng, err := NewEngine(EngineConfig{Tier: *cfg.Spec.Tier, Lengths: cfg.Lengths, Seed: cfg.Seed, Start: start, ZeroLatency: cfg.ZeroLatency})
+	eng, err := engine.NewEngine(engine.EngineConfig{Tier: *cfg.Spec.Tier, Lengths: cfg.Lengths, Seed: cfg.Seed, Start: start, ZeroLatency: cfg.ZeroLatency})
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +141,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 }
 
 // Spec returns the instance's description.
-func (s *Server) Spec() InstanceSpec { return s.spec }
+func (s *Server) Spec() engine.InstanceSpec { return s.spec }
 
 // worldNow maps the wall clock to engine time.
 func (s *Server) worldNow() time.Time {
@@ -196,7 +199,7 @@ func (s *Server) advanceLocked() {
 			continue
 		}
 		st.tokens = ev.Tokens
-		if ev.Kind == EventDone {
+		if ev.Kind == engine.EventDone {
 			st.done, st.finish = true, ev.Finish
 			delete(s.streams, ev.ID)
 		}
@@ -249,7 +252,7 @@ func (s *Server) SetFault(f Fault) error {
 func (s *Server) Stalled() int { return int(s.stalled.Load()) }
 
 // State returns the engine's gauges now.
-func (s *Server) State() State {
+func (s *Server) State() engine.State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advanceLocked()
@@ -257,7 +260,7 @@ func (s *Server) State() State {
 }
 
 // Stats returns the engine's counters and histograms now.
-func (s *Server) Stats() Stats {
+func (s *Server) Stats() engine.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advanceLocked()
@@ -435,7 +438,7 @@ func (s *Server) chatJob(req *chatRequest) (*job, error) {
 		}
 		top = *req.TopLogprobs
 	}
-	prompt := JoinChat(contents)
+	prompt := engine.JoinChat(contents)
 	tool, err := planTools(req.Tools, req.ToolChoice, s.model, prompt)
 	if err != nil {
 		return nil, err
@@ -444,7 +447,7 @@ func (s *Server) chatJob(req *chatRequest) (*job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &job{chat: true, model: req.Model, prompt: prompt, promptTokens: EstimateChatTokens(contents),
+	return &job{chat: true, model: req.Model, prompt: prompt, promptTokens: routing.EstimateChatTokens(contents),
 		maxTokens: mt, ignoreEOS: req.IgnoreEOS, stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
 		n: n, logprobs: req.Logprobs, topLogprobs: top, tool: tool, schema: schema}, nil
 }
@@ -473,7 +476,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 	if req.MaxTokens == nil {
 		mt = completionDefaultMaxTokens
 	}
-	j := &job{model: req.Model, prompt: prompt, promptTokens: max(EstimateTokens(prompt), 1),
+	j := &job{model: req.Model, prompt: prompt, promptTokens: max(routing.EstimateTokens(prompt), 1),
 		maxTokens: mt, ignoreEOS: req.IgnoreEOS, stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage, n: n}
 	if req.Logprobs != nil {
 		if *req.Logprobs < 0 || *req.Logprobs > maxTopLogprobs {
@@ -528,7 +531,7 @@ func (s *Server) servesModel(w http.ResponseWriter, model string) bool {
 // submitOr submits reqs like submit; when that fails it answers the
 // client itself (a dead instance drops the connection, anything else is
 // a 400 about param) and returns nil.
-func (s *Server) submitOr(w http.ResponseWriter, prefix string, reqs []Request, param string) *submitted {
+func (s *Server) submitOr(w http.ResponseWriter, prefix string, reqs []engine.Request, param string) *submitted {
 	sub, err := s.submit(prefix, reqs)
 	switch {
 	case errors.Is(err, errDead):
@@ -547,7 +550,7 @@ func (s *Server) taskOf(prompt string) string {
 			return t
 		}
 	}
-	return DefaultTask
+	return engine.DefaultTask
 }
 
 // submitted is a job's engine sequences, one per choice.
@@ -556,13 +559,13 @@ type submitted struct {
 	streams []*stream
 	notify  chan struct{}
 	life    chan struct{}
-	tickets []Ticket
+	tickets []engine.Ticket
 }
 
 // submit puts reqs into the engine under ids prefix-<k>[-c<i>] and
 // registers their streams; on error nothing stays submitted. It returns
 // errDead when the instance has died.
-func (s *Server) submit(prefix string, reqs []Request) (*submitted, error) {
+func (s *Server) submit(prefix string, reqs []engine.Request) (*submitted, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead {
@@ -654,10 +657,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, j *job) {
 		return
 	}
 	choices := make([]*choiceOut, j.n)
-	reqs := make([]Request, j.n)
+	reqs := make([]engine.Request, j.n)
 	for i := range choices {
 		c := &choiceOut{index: i}
-		rq := Request{Prompt: j.prompt, Task: task, PromptTokens: j.promptTokens, MaxTokens: j.maxTokens, IgnoreEOS: j.ignoreEOS}
+		rq := engine.Request{Prompt: j.prompt, Task: task, PromptTokens: j.promptTokens, MaxTokens: j.maxTokens, IgnoreEOS: j.ignoreEOS}
 		if i > 0 {
 			// Extra choices fork after the shared prefill (as vLLM's n
 			// sampling does): their own length draw, one prompt token.
@@ -673,7 +676,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, j *job) {
 			return
 		}
 		if forced != "" {
-			c.pieces = splitPieces(forced, max(1, EstimateTokens(forced)))
+			c.pieces = splitPieces(forced, max(1, routing.EstimateTokens(forced)))
 			limit := len(c.pieces)
 			if j.maxTokens > 0 && j.maxTokens < limit {
 				limit = j.maxTokens

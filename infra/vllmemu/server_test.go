@@ -19,18 +19,20 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/routebalance/routebalance/internal/testwait"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // testCluster is a two-instance cluster whose world runs 100 times faster
 // than the wall clock.
 func testCluster(t *testing.T, mutate func(*Config)) *Cluster {
 	t.Helper()
-	f := &ClusterFile{Name: "test", Tiers: []Tier{
+	f := &engine.ClusterFile{Name: "test", Tiers: []engine.Tier{
 		{Model: "big", GPU: "a100", TensorParallel: 4, Instances: 1, TPOTMsLight: 30, TPOTLoadFactor: 2, MaxNumSeqs: 8,
 			TTFTOverheadMs: 40, PrefillMsPer1kPromptTokens: 80, Verbosity: 1.2},
 		{Model: "small", GPU: "a30", TensorParallel: 1, Instances: 1, TPOTMsLight: 20, TPOTLoadFactor: 2, MaxNumSeqs: 8,
 			TTFTOverheadMs: 40, PrefillMsPer1kPromptTokens: 60, Verbosity: 1},
-	}, OutputLengths: OutputLengths{Sigma: 0.6, MedianTokensByTask: map[string]float64{"default": 40, "trivia": 10}}}
+	}, OutputLengths: engine.OutputLengths{Sigma: 0.6, MedianTokensByTask: map[string]float64{"default": 40, "trivia": 10}}}
 	cfg := Config{File: f, TimeScale: 0.01, Seed: 11}
 	if mutate != nil {
 		mutate(&cfg)
@@ -54,23 +56,23 @@ func sdk(in *Instance) openai.Client {
 
 // plan is what the instance's engine will decide for a chat of one user
 // message.
-func plan(t *testing.T, in *Instance, prompt string, maxTokens int) Ticket {
+func plan(t *testing.T, in *Instance, prompt string, maxTokens int) engine.Ticket {
 	t.Helper()
-	e, err := NewEngine(EngineConfig{Tier: *in.Spec().Tier, Lengths: in.lengths(), Seed: 11})
+	e, err := engine.NewEngine(engine.EngineConfig{Tier: *in.Spec().Tier, Lengths: in.lengths(), Seed: 11})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk, err := e.Plan(&Request{Prompt: prompt, PromptTokens: EstimateChatTokens([]string{prompt}), MaxTokens: maxTokens})
+	tk, err := e.Plan(&engine.Request{Prompt: prompt, PromptTokens: routing.EstimateChatTokens([]string{prompt}), MaxTokens: maxTokens})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tk
 }
 
-func (s *Server) lengths() OutputLengths {
+func (s *Server) lengths() engine.OutputLengths {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.eng.lengths
+	return s.eng.Lengths()
 }
 
 func TestSDKStreamingChat(t *testing.T) {

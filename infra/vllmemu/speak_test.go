@@ -15,6 +15,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 func userChat(model, prompt string) openai.ChatCompletionNewParams {
@@ -324,7 +327,7 @@ func TestResponseFormatJSON(t *testing.T) {
 
 func embedCluster(t *testing.T) *Cluster {
 	t.Helper()
-	f, err := ParseCluster([]byte(`{"name":"e","tiers":[
+	f, err := engine.ParseCluster([]byte(`{"name":"e","tiers":[
 		{"model":"big","gpu":"a100","tensor_parallel":1,"instances":1,"tpot_ms_light":30,"tpot_load_factor":2,"max_num_seqs":8,
 		 "ttft_overhead_ms":40,"prefill_ms_per_1k_prompt_tokens":80,"verbosity":1},
 		{"model":"minilm","gpu":"a30","instances":2,"kind":"embedding","ttft_overhead_ms":5,"prefill_ms_per_1k_prompt_tokens":10},
@@ -357,7 +360,7 @@ func TestEmbeddings(t *testing.T) {
 		t.Fatalf("answer = %+v", resp)
 	}
 	for i, d := range resp.Data {
-		if int(d.Index) != i || len(d.Embedding) != DefaultEmbeddingDimensions {
+		if int(d.Index) != i || len(d.Embedding) != engine.DefaultEmbeddingDimensions {
 			t.Fatalf("data[%d]: index %d, %d dims", i, d.Index, len(d.Embedding))
 		}
 		if n := cosine(d.Embedding, d.Embedding); math.Abs(n-1) > 1e-5 {
@@ -370,7 +373,7 @@ func TestEmbeddings(t *testing.T) {
 	}
 	want := 0
 	for _, s := range []string{"how do I sort a list in python", "sorting a python list", "the french revolution began in 1789"} {
-		want += EstimateTokens(s)
+		want += routing.EstimateTokens(s)
 	}
 	if int(resp.Usage.PromptTokens) != want || int(resp.Usage.TotalTokens) != want {
 		t.Errorf("usage = %+v, want %d prompt tokens", resp.Usage, want)
@@ -456,7 +459,7 @@ func TestResponsesAPI(t *testing.T) {
 	if resp.Status != "completed" || !strings.HasPrefix(text, EmulatedMarker) || resp.Usage.OutputTokens != int64(len(strings.Fields(text))) {
 		t.Fatalf("response = status %q, text %q, usage %+v", resp.Status, text, resp.Usage)
 	}
-	if want := EstimateChatTokens([]string{"answer briefly", "what is a monad"}); resp.Usage.InputTokens != int64(want) {
+	if want := routing.EstimateChatTokens([]string{"answer briefly", "what is a monad"}); resp.Usage.InputTokens != int64(want) {
 		t.Errorf("input_tokens = %d, want %d", resp.Usage.InputTokens, want)
 	}
 	st := client.Responses.NewStreaming(context.Background(), params)
@@ -513,8 +516,8 @@ func TestTokenizeRoundTrip(t *testing.T) {
 	if st := post(c.Instances[0].URL+"/tokenize", `{"model":"big","prompt":`+mustJSON(prompt)+`}`, &tok); st != 200 {
 		t.Fatalf("tokenize status %d", st)
 	}
-	if tok.Count != EstimateTokens(prompt) || len(tok.Tokens) != tok.Count || tok.MaxModelLen != DefaultMaxModelLen {
-		t.Errorf("tokenize = %+v, want %d tokens", tok, EstimateTokens(prompt))
+	if tok.Count != routing.EstimateTokens(prompt) || len(tok.Tokens) != tok.Count || tok.MaxModelLen != engine.DefaultMaxModelLen {
+		t.Errorf("tokenize = %+v, want %d tokens", tok, routing.EstimateTokens(prompt))
 	}
 	// Another instance of the cluster detokenizes it.
 	var de struct {
@@ -561,11 +564,11 @@ func TestClusterFileKinds(t *testing.T) {
 		{`{"model":"e","gpu":"a30","instances":1,"kind":"embedding","dimensions":-1}`, false},
 		{`{"model":"c","gpu":"a30","instances":1,"tpot_ms_light":10,"tpot_load_factor":2,"max_num_seqs":4,"verbosity":1,"dimensions":8}`, false},
 	} {
-		_, err := ParseCluster([]byte(strings.Replace(base, "%s", tc.tier, 1)))
+		_, err := engine.ParseCluster([]byte(strings.Replace(base, "%s", tc.tier, 1)))
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: err = %v, want ok=%v", tc.tier, err, tc.ok)
 		}
-		if err != nil && !errors.Is(err, ErrInvalidCluster) {
+		if err != nil && !errors.Is(err, engine.ErrInvalidCluster) {
 			t.Errorf("%s: %v does not wrap ErrInvalidCluster", tc.tier, err)
 		}
 	}

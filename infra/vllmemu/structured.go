@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // Structured output: tool calls and response_format answers are JSON the
@@ -26,12 +28,12 @@ type schemaGen struct {
 }
 
 func newSchemaGen(model, prompt string, choice int) *schemaGen {
-	return &schemaGen{h: hashPrompt(uint64(choice)+0x7001, model, prompt), text: newTextSource(model, prompt, choice)}
+	return &schemaGen{h: engine.HashPrompt(uint64(choice)+0x7001, model, prompt), text: newTextSource(model, prompt, choice)}
 }
 
 func (g *schemaGen) draw() uint64 {
 	g.n++
-	return splitmix(g.h + g.n*0x9e3779b97f4a7c15)
+	return engine.Splitmix(g.h + g.n*0x9e3779b97f4a7c15)
 }
 
 // value writes a JSON value satisfying schema to b.
@@ -233,7 +235,7 @@ func planTools(tools []toolDef, rawChoice json.RawMessage, model, prompt string)
 			if len(tools) == 0 {
 				return nil, &badRequest{"tool_choice", "tool_choice \"required\" needs at least one tool"}
 			}
-			t := tools[hashPrompt(0x7001, model, prompt)%uint64(len(tools))]
+			t := tools[engine.HashPrompt(0x7001, model, prompt)%uint64(len(tools))]
 			s, err := parseSchema(t.Function.Parameters, "tools.function.parameters")
 			if err != nil {
 				return nil, err

@@ -3,6 +3,8 @@ package vllmemu
 import (
 	"math"
 	"strings"
+
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // EmulatedMarker opens every generated text answer so nobody mistakes the
@@ -59,14 +61,14 @@ type textSource struct {
 }
 
 func newTextSource(model, prompt string, choice int) *textSource {
-	h := hashPrompt(uint64(choice)+0x5eed, model, prompt)
+	h := engine.HashPrompt(uint64(choice)+0x5eed, model, prompt)
 	return &textSource{h: h, words: []string{EmulatedMarker}}
 }
 
 // token returns token i of the answer.
 func (t *textSource) token(i int) string {
 	for len(t.words) <= i {
-		x := splitmix(t.h + t.next*0x9e3779b97f4a7c15)
+		x := engine.Splitmix(t.h + t.next*0x9e3779b97f4a7c15)
 		t.next++
 		t.words = append(t.words, strings.Fields(answerCorpus[x%uint64(len(answerCorpus))])...)
 	}
@@ -100,7 +102,7 @@ type altLogprob struct {
 // is the most likely, the list descends, and the mass stays below 1.
 // The values are not a model's; they show what the router passes through.
 func logprobFor(model, tok string, i, k int) tokenLogprob {
-	h := hashPrompt(uint64(i), model, tok)
+	h := engine.HashPrompt(uint64(i), model, tok)
 	p := 0.1 + 0.89*float64(h>>11)/float64(1<<53) // p in [0.1, 0.99)
 	lp := math.Log(p)
 	out := tokenLogprob{Token: tok, Logprob: lp}
@@ -112,7 +114,7 @@ func logprobFor(model, tok string, i, k int) tokenLogprob {
 	rest := min(p, 1-p) // halved per alternative: each below the token, all below 1 − p in sum
 	seen := map[string]bool{tok: true}
 	for j := 1; j < k; j++ {
-		x := splitmix(h + uint64(j)*0x9e3779b97f4a7c15)
+		x := engine.Splitmix(h + uint64(j)*0x9e3779b97f4a7c15)
 		words := strings.Fields(answerCorpus[x%uint64(len(answerCorpus))])
 		alt := " " + words[(x>>32)%uint64(len(words))]
 		for seen[alt] {

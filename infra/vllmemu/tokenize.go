@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // Vocab is the emulator's tokenizer table. The emulator has no real
@@ -27,7 +30,7 @@ func NewVocab() *Vocab { return &Vocab{pieces: map[int64]string{}} }
 
 // id returns piece's id and records it.
 func (v *Vocab) id(piece string) int64 {
-	h := int64(hashPrompt(0x70c, "", piece) & (1<<31 - 1))
+	h := int64(engine.HashPrompt(0x70c, "", piece) & (1<<31 - 1))
 	v.mu.Lock()
 	if _, ok := v.pieces[h]; !ok && len(v.pieces) < maxVocab {
 		v.pieces[h] = piece
@@ -38,7 +41,7 @@ func (v *Vocab) id(piece string) int64 {
 
 // Tokenize returns the ids of text: exactly EstimateTokens(text) of them.
 func (v *Vocab) Tokenize(text string) []int64 {
-	n := EstimateTokens(text)
+	n := routing.EstimateTokens(text)
 	pieces := splitPieces(text, n)
 	out := make([]int64, 0, n)
 	for _, p := range pieces {
@@ -51,7 +54,7 @@ func (v *Vocab) Tokenize(text string) []int64 {
 }
 
 // TokenizeChat returns the ids of a chat prompt: the template's tokens
-// around each message and the priming tokens, EstimateChatTokens(contents)
+// around each message and the priming tokens, routing.EstimateChatTokens(contents)
 // in all.
 func (v *Vocab) TokenizeChat(roles, contents []string) []int64 {
 	var out []int64

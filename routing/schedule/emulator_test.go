@@ -10,6 +10,7 @@ import (
 
 	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/schedule"
 )
 
@@ -19,7 +20,7 @@ import (
 func emulated(t *testing.T, faults map[int]vllmemu.Fault) (*vllmemu.Cluster, *routing.Cluster) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	emu, err := vllmemu.StartCluster(ctx, vllmemu.Config{File: vllmemu.ReferenceCluster(), ZeroLatency: true, Faults: faults})
+	emu, err := vllmemu.StartCluster(ctx, vllmemu.Config{File: engine.ReferenceCluster(), ZeroLatency: true, Faults: faults})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

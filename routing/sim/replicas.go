@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // ReplicaRouter simulates N router replicas behind one load balancer over
@@ -97,7 +97,7 @@ func (r *ReplicaRouter) Release(now time.Time, j *Job, o routing.Outcome, done [
 }
 
 // Scrape gives every replica the reading.
-func (r *ReplicaRouter) Scrape(now time.Time, i int, s vllmemu.State) {
+func (r *ReplicaRouter) Scrape(now time.Time, i int, s engine.State) {
 	for _, rr := range r.replicas {
 		rr.Scrape(now, i, s)
 	}

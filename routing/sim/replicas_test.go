@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 // recRouter admits every job on instance 0 and records what it was given.
@@ -33,7 +33,7 @@ func (r *recRouter) Release(_ time.Time, j *Job, _ routing.Outcome, done []*Job)
 	r.released = append(r.released, j.Index)
 	return done
 }
-func (r *recRouter) Scrape(time.Time, int, vllmemu.State) { r.scrapes++ }
+func (r *recRouter) Scrape(time.Time, int, engine.State) { r.scrapes++ }
 
 func TestReplicaRouterDealsRoundRobinAndKeepsOwners(t *testing.T) {
 	var reps []*recRouter
@@ -57,7 +57,7 @@ func TestReplicaRouterDealsRoundRobinAndKeepsOwners(t *testing.T) {
 		rr.Progress(now, jobs[i], 3)
 		rr.Release(now, jobs[i], routing.Outcome{}, nil)
 	}
-	rr.Scrape(now, 0, vllmemu.State{})
+	rr.Scrape(now, 0, engine.State{})
 	want := [][3][]int{
 		{{0, 3, 6}, {6}, {6}},
 		{{1, 4}, {1, 4}, {1, 4}},

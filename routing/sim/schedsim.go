@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/fleet"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/routing/sim/workload"
@@ -114,7 +114,7 @@ func (r *CoreRouter) Release(now time.Time, j *Job, o routing.Outcome, done []*J
 }
 
 // Scrape reports an engine's gauges as a /metrics reading.
-func (r *CoreRouter) Scrape(now time.Time, i int, s vllmemu.State) {
+func (r *CoreRouter) Scrape(now time.Time, i int, s engine.State) {
 	if m := r.members[i]; m != nil {
 		r.core.Fleet().ReportScrape(now, m, fleet.Scrape{Running: float64(s.Running), Waiting: float64(s.Waiting), KVUsage: s.KVUsage}, nil)
 	}

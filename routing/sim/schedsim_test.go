@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/routing/sim/metrics"
 	"github.com/routebalance/routebalance/routing/sim/workload"
@@ -21,7 +21,7 @@ const twoModels = `{"name":"two","tiers":[
  "output_lengths":{"sigma":0.3,"median_tokens_by_task":{"default":20}},"calibration_targets":{}}`
 
 func TestCoreRouterDrivesTheRealScheduler(t *testing.T) {
-	f, err := vllmemu.ParseCluster([]byte(twoModels))
+	f, err := engine.ParseCluster([]byte(twoModels))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Package sim is the discrete-event simulator behind `routebalance
-// simulate`: arrivals in virtual time, one vllmemu.Engine per instance of
+// simulate`: arrivals in virtual time, one engine.Engine per instance of
 // a cluster file, and a Router (the real scheduler, adapted in
 // schedsim.go) deciding batches synchronously. Nothing here sleeps or reads
 // the wall clock except to measure the scheduler's own compute time.
@@ -15,8 +15,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/sim/metrics"
 	"github.com/routebalance/routebalance/routing/sim/workload"
 )
@@ -43,7 +43,7 @@ type Job struct {
 	arrival   time.Time
 	submitted time.Time
 	first     time.Time
-	ticket    vllmemu.Ticket
+	ticket    engine.Ticket
 }
 
 // Router is the scheduler as the event loop drives it: synchronously, one
@@ -62,7 +62,7 @@ type Router interface {
 	// every job its freed slot admitted from the queues.
 	Release(now time.Time, j *Job, o routing.Outcome, done []*Job) []*Job
 	// Scrape reports instance i's /metrics gauges at now.
-	Scrape(now time.Time, i int, s vllmemu.State)
+	Scrape(now time.Time, i int, s engine.State)
 }
 
 // Config is one simulated cell's load.
@@ -120,20 +120,20 @@ func (c *Config) Validate() error {
 // World is a cluster file as the simulator uses it: the routing view of its
 // instances and the engine parameters behind each.
 type World struct {
-	File *vllmemu.ClusterFile
+	File *engine.ClusterFile
 	// Cluster is what the scheduler sees (instance i ↔ File.Instances()[i]).
 	Cluster routing.Cluster
 	// Seed selects the world's output lengths (hash-seeded per prompt and
 	// model); it is fixed per world, apart from the workload's seed.
 	Seed  uint64
-	specs []vllmemu.InstanceSpec
+	specs []engine.InstanceSpec
 }
 
 // NewWorld builds the routing view of a cluster file. Each instance is
 // registered with MaxConcurrency = its tier's max_num_seqs (what an
 // operator registering a vLLM server would enter) and the model's
 // quality prior left at 0 (the scheduler's default).
-func NewWorld(f *vllmemu.ClusterFile) *World {
+func NewWorld(f *engine.ClusterFile) *World {
 	w := &World{File: f, Seed: 1, specs: f.Instances()}
 	w.Cluster = routing.Cluster{ID: f.Name, TenantID: "sim", Version: 1}
 	for _, s := range w.specs {
@@ -210,7 +210,7 @@ func promptTokens(it *workload.Item) int {
 	if it.PromptTokens > 0 {
 		return it.PromptTokens
 	}
-	return vllmemu.EstimateChatTokens([]string{it.Prompt})
+	return routing.EstimateChatTokens([]string{it.Prompt})
 }
 
 // Run simulates one cell: cfg.N requests sampled from items arrive at
@@ -225,10 +225,10 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 	}
 	wall := time.Now()
 	l := &loop{w: w, router: router, res: &Result{Records: make([]metrics.Record, cfg.N)}, estimated: cfg.EstimatedQuality}
-	l.engines = make([]*vllmemu.Engine, len(w.specs))
+	l.engines = make([]*engine.Engine, len(w.specs))
 	l.live = make([]map[string]*Job, len(w.specs))
 	for i, s := range w.specs {
-		e, err := vllmemu.NewEngine(vllmemu.EngineConfig{Tier: *s.Tier, Lengths: w.File.OutputLengths, Seed: w.Seed, Start: epoch(), ZeroLatency: cfg.ZeroLatency})
+		e, err := engine.NewEngine(engine.EngineConfig{Tier: *s.Tier, Lengths: w.File.OutputLengths, Seed: w.Seed, Start: epoch(), ZeroLatency: cfg.ZeroLatency})
 		if err != nil {
 			return nil, fmt.Errorf("instance %s: %w", s.ID, err)
 		}
@@ -243,7 +243,7 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 		next       int    // next arrival
 		waiting    []*Job // arrived, not yet in a batch
 		batch      []*Job
-		events     []vllmemu.Event
+		events     []engine.Event
 		busyUntil  = epoch()
 		deliveries []delivery // decided jobs, effective when the decision's virtual compute ends
 		nextScrape = epoch()
@@ -350,7 +350,7 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 type loop struct {
 	w         *World
 	router    Router
-	engines   []*vllmemu.Engine
+	engines   []*engine.Engine
 	live      []map[string]*Job // per engine, by request ID
 	liveCount int
 	finished  int
@@ -377,7 +377,7 @@ func (l *loop) admit(now time.Time, js []*Job) {
 			l.err = fmt.Errorf("router admitted job %d on instance %d of %d", j.Index, i, len(l.engines))
 			return
 		}
-		tk, err := l.engines[i].Submit(now, vllmemu.Request{ID: j.Req.ID, Prompt: j.Item.Prompt, Task: j.Item.Task, PromptTokens: j.Req.PromptTokens,
+		tk, err := l.engines[i].Submit(now, engine.Request{ID: j.Req.ID, Prompt: j.Item.Prompt, Task: j.Item.Task, PromptTokens: j.Req.PromptTokens,
 			MaxTokens: j.Req.MaxTokens, OutputTokens: j.Item.OutputFor(l.w.Cluster.Instances[i].Model)})
 		if err != nil {
 			// The instance refused it (prompt too long): the proxy sees
@@ -394,18 +394,18 @@ func (l *loop) admit(now time.Time, js []*Job) {
 
 // event handles one engine event of instance i the way the proxy reports
 // a stream: progress per token, release with the outcome at the end.
-func (l *loop) event(i int, ev vllmemu.Event) {
+func (l *loop) event(i int, ev engine.Event) {
 	j := l.live[i][ev.ID]
 	if j == nil {
 		return
 	}
 	switch ev.Kind {
-	case vllmemu.EventFirstToken:
+	case engine.EventFirstToken:
 		j.first = ev.At
 		l.router.Progress(ev.At, j, ev.Tokens)
-	case vllmemu.EventToken:
+	case engine.EventToken:
 		l.router.Progress(ev.At, j, ev.Tokens)
-	case vllmemu.EventDone:
+	case engine.EventDone:
 		delete(l.live[i], ev.ID)
 		l.liveCount--
 		l.finish(j, record(j, ev, l.w, l.estimated))
@@ -444,7 +444,7 @@ func minTime(ts ...time.Time) time.Time {
 // arrival at the router, quality from the data's label of the served model
 // (or the scheduler's prediction for it when estimated), cost at the
 // instance's prices.
-func record(j *Job, ev vllmemu.Event, w *World, estimated bool) metrics.Record {
+func record(j *Job, ev engine.Event, w *World, estimated bool) metrics.Record {
 	in := &w.Cluster.Instances[j.Instance]
 	r := metrics.Record{
 		Start:        j.arrival.Sub(epoch()),

@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/sim/metrics"
 	"github.com/routebalance/routebalance/routing/sim/workload"
 )
@@ -26,7 +26,7 @@ const tinyWorld = `{"name":"tiny","tiers":[{"model":"m","gpu":"g","tensor_parall
 
 func tiny(t *testing.T) *World {
 	t.Helper()
-	f, err := vllmemu.ParseCluster([]byte(tinyWorld))
+	f, err := engine.ParseCluster([]byte(tinyWorld))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func (r *capRouter) Release(_ time.Time, j *Job, o routing.Outcome, done []*Job)
 	return done
 }
 
-func (r *capRouter) Scrape(time.Time, int, vllmemu.State) { r.scrapes++ }
+func (r *capRouter) Scrape(time.Time, int, engine.State) { r.scrapes++ }
 
 var tinyItems = []workload.Item{{ID: "a", Prompt: "hello there", Scores: map[string]float64{"m": 1}}}
 
@@ -85,7 +85,7 @@ func TestIsolatedRequestsMatchTheInstanceModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := vllmemu.EstimateChatTokens([]string{"hello there"})
+	p := routing.EstimateChatTokens([]string{"hello there"})
 	ms := time.Millisecond
 	for k, rec := range res.Records {
 		rec.Start = 0

@@ -7,8 +7,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/latency"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/routing/sim/workload"
@@ -18,7 +18,7 @@ import (
 // served by an engine with tiers[i] (one instance per tier entry), output
 // lengths from lengths. The cluster is used as given (IDs, models, prices,
 // max concurrency); only its instance list is copied.
-func NewWorldFrom(c routing.Cluster, tiers []vllmemu.Tier, lengths vllmemu.OutputLengths) (*World, error) {
+func NewWorldFrom(c routing.Cluster, tiers []engine.Tier, lengths engine.OutputLengths) (*World, error) {
 	if len(c.Instances) == 0 {
 		return nil, errors.New("cluster has no instances")
 	}
@@ -28,7 +28,7 @@ func NewWorldFrom(c routing.Cluster, tiers []vllmemu.Tier, lengths vllmemu.Outpu
 	// One tier entry per instance: several instances of one model@gpu
 	// stay separate entries (a cluster file would merge them, so the file
 	// as a whole is not validated, only each tier and the lengths).
-	f := &vllmemu.ClusterFile{Name: c.ID, OutputLengths: lengths}
+	f := &engine.ClusterFile{Name: c.ID, OutputLengths: lengths}
 	if err := f.OutputLengths.Validate(); err != nil {
 		return nil, err
 	}
@@ -43,7 +43,7 @@ func NewWorldFrom(c routing.Cluster, tiers []vllmemu.Tier, lengths vllmemu.Outpu
 	c.Instances = append([]routing.Instance(nil), c.Instances...)
 	w := &World{File: f, Cluster: c, Seed: 1}
 	for i := range f.Tiers {
-		w.specs = append(w.specs, vllmemu.InstanceSpec{Index: i, ID: c.Instances[i].ID, Tier: &f.Tiers[i]})
+		w.specs = append(w.specs, engine.InstanceSpec{Index: i, ID: c.Instances[i].ID, Tier: &f.Tiers[i]})
 	}
 	return w, nil
 }
@@ -60,7 +60,7 @@ func NewWorldFrom(c routing.Cluster, tiers []vllmemu.Tier, lengths vllmemu.Outpu
 //   - prices from the instance, verbosity 1, vLLM's default KV sizing.
 //
 // lat nil uses latency.DefaultPrior for every tier.
-func EngineTier(in routing.Instance, lat schedule.LatencyModel, defaultSeqs int) vllmemu.Tier {
+func EngineTier(in routing.Instance, lat schedule.LatencyModel, defaultSeqs int) engine.Tier {
 	if lat == nil {
 		m, _ := latency.New(latency.Config{}) // the zero Config is valid
 		lat = m
@@ -88,7 +88,7 @@ func EngineTier(in routing.Instance, lat schedule.LatencyModel, defaultSeqs int)
 	if !(prefill >= 0) || math.IsInf(prefill, 0) {
 		prefill = 0
 	}
-	return vllmemu.Tier{
+	return engine.Tier{
 		Model:                      in.Model,
 		GPU:                        in.GPU,
 		TensorParallel:             max(in.TensorParallel, 1),
@@ -155,7 +155,7 @@ const whatIfPromptTokens = 200
 // overhead + prefill of a 200-token prompt), with L the world model's
 // default median output length times the tier's verbosity.
 func WorldCapacity(w *World) float64 {
-	med := w.File.OutputLengths.MedianTokensByTask[vllmemu.DefaultTask]
+	med := w.File.OutputLengths.MedianTokensByTask[engine.DefaultTask]
 	var cap float64
 	for _, s := range w.specs {
 		t := s.Tier

@@ -7,9 +7,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/routebalance/routebalance/infra/vllmemu"
 	"github.com/routebalance/routebalance/infra/vllmemu/demoset"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/sim/workload"
 )
 
@@ -17,13 +17,13 @@ import (
 // engines derived from the default latency prior, and the demo prompts.
 func whatIfWorld(t testing.TB) (*World, []workload.Item) {
 	t.Helper()
-	ref := vllmemu.ReferenceCluster()
+	ref := engine.ReferenceCluster()
 	c := NewWorld(ref).Cluster
 	for i := range c.Instances {
 		// Dearer models are better, as in the reference world.
 		c.Instances[i].QualityPrior = 0.3 + 0.1*c.Instances[i].PriceOutPerMTok
 	}
-	var tiers []vllmemu.Tier
+	var tiers []engine.Tier
 	for _, in := range c.Instances {
 		tiers = append(tiers, EngineTier(in, nil, 64))
 	}
@@ -81,7 +81,7 @@ func TestEngineTierFromPrior(t *testing.T) {
 	}
 	// latency.DefaultPrior: TPOT 40 ms + 0.6 ms per running sequence; TTFT
 	// 60 ms + 100 ms per 1000 prompt tokens.
-	want := vllmemu.Tier{Model: "m", GPU: "g", TensorParallel: 1, Instances: 1, TPOTMsLight: 40.6, TPOTLoadFactor: (40 + 0.6*64) / 40.6,
+	want := engine.Tier{Model: "m", GPU: "g", TensorParallel: 1, Instances: 1, TPOTMsLight: 40.6, TPOTLoadFactor: (40 + 0.6*64) / 40.6,
 		MaxNumSeqs: 64, TTFTOverheadMs: 60, PrefillMsPer1kPromptTokens: 100, PriceInPerMTok: 1, PriceOutPerMTok: 2, Verbosity: 1}
 	if d := cmp.Diff(want, tr, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); d != "" {
 		t.Errorf("tier (-want +got):\n%s", d)

@@ -21,7 +21,7 @@ import (
 	"strings"
 
 	"github.com/routebalance/routebalance/infra/clusters"
-	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/routing/engine"
 )
 
 //go:generate go run ./gen
@@ -90,7 +90,7 @@ const Seed = 20260101
 func Generate(seed uint64) []Item {
 	r := &stream{s: seed}
 	models := Models()
-	world, err := vllmemu.ParseCluster(clusters.Reference13())
+	world, err := engine.ParseCluster(clusters.Reference13())
 	if err != nil {
 		panic("demoset: the embedded calibrated cluster is invalid: " + err.Error())
 	}

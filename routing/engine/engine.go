@@ -1,9 +1,11 @@
-package vllmemu
+package engine
 
 import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/routebalance/routebalance/routing"
 )
 
 // EventKind says what an Event reports.
@@ -64,7 +66,7 @@ type Request struct {
 	Prompt string
 	// Task selects the median output length; "" means DefaultTask.
 	Task string
-	// PromptTokens is the prompt size; 0 means EstimateTokens(Prompt).
+	// PromptTokens is the prompt size; 0 means routing.EstimateTokens(Prompt).
 	PromptTokens int
 	// MaxTokens caps the output; 0 means the context length minus the
 	// prompt.
@@ -208,6 +210,9 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 // Tier returns the instance's parameters.
 func (e *Engine) Tier() *Tier { return &e.tier }
 
+// Lengths returns the output-length world model the engine draws from.
+func (e *Engine) Lengths() OutputLengths { return e.lengths }
+
 // Now returns the engine's time: the latest time given to Submit, Abort or
 // Advance.
 func (e *Engine) Now() time.Time { return e.now }
@@ -217,7 +222,7 @@ func (e *Engine) Now() time.Time { return e.now }
 func (e *Engine) Plan(r *Request) (Ticket, error) {
 	p := r.PromptTokens
 	if p <= 0 {
-		p = EstimateTokens(r.Prompt)
+		p = routing.EstimateTokens(r.Prompt)
 	}
 	room := e.tier.ContextLen() - p
 	if room < 1 {

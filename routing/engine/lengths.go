@@ -1,10 +1,8 @@
-package vllmemu
+package engine
 
 import (
 	"math"
 	"strings"
-
-	"github.com/routebalance/routebalance/routing"
 )
 
 // Median returns the task's median output tokens before verbosity; an
@@ -25,7 +23,7 @@ func (o *OutputLengths) Median(task string) float64 {
 // same prompt gets the same length from the same model every time under
 // the same seed.
 func (o *OutputLengths) Natural(prompt, model, task string, verbosity float64, seed uint64) int {
-	z := normal(hashPrompt(seed, model, prompt))
+	z := normal(HashPrompt(seed, model, prompt))
 	n := math.Round(o.Median(task) * verbosity * math.Exp(o.Sigma*z))
 	if n < 1 || math.IsNaN(n) {
 		return 1
@@ -36,10 +34,11 @@ func (o *OutputLengths) Natural(prompt, model, task string, verbosity float64, s
 	return int(n)
 }
 
-// hashPrompt is FNV-1a over the seed, model and prompt (with separators),
+// HashPrompt is FNV-1a over the seed, model and prompt (with separators),
 // finished with a splitmix64 round. It is stable across processes and
-// platforms, unlike hash/maphash.
-func hashPrompt(seed uint64, model, prompt string) uint64 {
+// platforms, unlike hash/maphash. The length model draws from it; the HTTP
+// emulator seeds its invented text, logprobs and embeddings with it.
+func HashPrompt(seed uint64, model, prompt string) uint64 {
 	const (
 		offset = 14695981039346656037
 		prime  = 1099511628211
@@ -55,10 +54,11 @@ func hashPrompt(seed uint64, model, prompt string) uint64 {
 			h *= prime
 		}
 	}
-	return splitmix(h)
+	return Splitmix(h)
 }
 
-func splitmix(x uint64) uint64 {
+// Splitmix is one splitmix64 round: a stable 64-bit mix of x.
+func Splitmix(x uint64) uint64 {
 	x += 0x9e3779b97f4a7c15
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
@@ -72,20 +72,6 @@ func normal(h uint64) float64 {
 	u2 := (float64(h&0xffffffff) + 0.5) / (1 << 32)
 	return math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
 }
-
-// EstimateTokens is routing.EstimateTokens: the emulator counts prompts
-// and answers with the routing path's one estimate, so what the scheduler
-// is told and what the emulated instance reports agree.
-func EstimateTokens(text string) int { return routing.EstimateTokens(text) }
-
-// ChatTemplateTokens and ChatPrimingTokens are routing's chat overheads.
-const (
-	ChatTemplateTokens = routing.ChatTemplateTokens
-	ChatPrimingTokens  = routing.ChatPrimingTokens
-)
-
-// EstimateChatTokens is routing.EstimateChatTokens.
-func EstimateChatTokens(contents []string) int { return routing.EstimateChatTokens(contents) }
 
 // JoinChat joins message contents into the text the world model hashes and
 // classifies: the contents separated by newlines.

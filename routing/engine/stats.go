@@ -1,4 +1,4 @@
-package vllmemu
+package engine
 
 import "slices"
 

@@ -1,4 +1,4 @@
-package vllmemu
+package engine
 
 import _ "embed"
 
@@ -16,7 +16,7 @@ func ReferenceCluster() *ClusterFile {
 	if err != nil {
 		// The file is embedded and covered by tests; failing here is a
 		// build defect, not a runtime condition.
-		panic("vllmemu: embedded reference cluster is invalid: " + err.Error())
+		panic("engine: embedded reference cluster is invalid: " + err.Error())
 	}
 	return f
 }
