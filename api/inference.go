@@ -206,6 +206,7 @@ func (s *Server) mountInference(r fiber.Router) {
 	r.Post("/chat/completions", h.complete(proxy.Chat))
 	r.Post("/completions", h.complete(proxy.Completions))
 	r.Post("/embeddings", h.complete(proxy.Embeddings))
+	r.Post("/responses", h.complete(proxy.Responses))
 	r.Get("/models", h.models)
 	r.Get("/models/+", h.model)
 	r.Post("/feedback", h.feedback)

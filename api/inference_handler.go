@@ -184,8 +184,9 @@ func (x *exchange) Begin(a *routing.Assignment, _ int) proxy.Writer {
 	return <-x.writer
 }
 
-// complete serves POST /v1/chat/completions, /v1/completions and
-// /v1/embeddings (never streamed, routed to embedding instances): it
+// complete serves POST /v1/chat/completions, /v1/completions,
+// /v1/responses (routed like chat) and /v1/embeddings (never streamed,
+// routed to embedding instances): it
 // authenticates and parses the request into a dispatch.Call, runs it and
 // writes the answer.
 func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
@@ -279,8 +280,11 @@ func (h *inference) prepare(ctx context.Context, x *exchange, ep proxy.Endpoint,
 // body's "routebalance" object on top of them (the body wins).
 func parseRequest(c *fiber.Ctx, ep proxy.Endpoint) (*completionBody, error) {
 	parse := parseCompletion
-	if ep == proxy.Embeddings {
+	switch ep {
+	case proxy.Embeddings:
 		parse = func(raw []byte, _ proxy.Endpoint) (*completionBody, error) { return parseEmbedding(raw) }
+	case proxy.Responses:
+		parse = func(raw []byte, _ proxy.Endpoint) (*completionBody, error) { return parseResponses(raw) }
 	}
 	body, err := parse(c.BodyRaw(), ep)
 	if err != nil {

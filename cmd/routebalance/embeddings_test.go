@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"path/filepath"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/routebalance/routebalance/infra/vllmemu"
-	"github.com/routebalance/routebalance/routing/engine"
-	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
 // TestEmbeddingsRouted: the real serve in front of an emulated cluster of
@@ -21,41 +18,24 @@ import (
 // instances, balanced over both; chat only to the chat instance. The
 // ledger meters each embedding by its input tokens with 0 output tokens.
 func TestEmbeddingsRouted(t *testing.T) {
-	f, err := engine.ParseCluster([]byte(`{"name":"emb","tiers":[
+	s := startEmulated(t, `{"name":"emb","tiers":[
 		{"model":"qwen-chat","gpu":"a30","tensor_parallel":1,"instances":1,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
 		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1},
 		{"model":"minilm","gpu":"a30","instances":2,"kind":"embedding","dimensions":32,"ttft_overhead_ms":5,"prefill_ms_per_1k_prompt_tokens":10}],
-		"output_lengths":{"sigma":0.3,"median_tokens_by_task":{"default":6}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	emu, err := vllmemu.StartCluster(ctx, vllmemu.Config{File: f, TimeScale: 0.01, Seed: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close()
-
-	dir := t.TempDir()
-	base, stop := startServe(t, dir, "--allow-private-endpoints")
-	tok := postJSON(t, base+"/api/v1/signup", "", `{"email":"emb@example.com","password":"correct-horse-42","name":"Emb"}`)["access_token"].(string)
-	cid := postJSON(t, base+"/api/v1/clusters", tok, `{"name":"c"}`)["id"].(string)
+		"output_lengths":{"sigma":0.3,"median_tokens_by_task":{"default":6}}}`, vllmemu.Config{TimeScale: 0.01, Seed: 5})
 	kindOf := map[string]string{}
-	for _, in := range emu.Instances {
+	for _, in := range s.emu.Instances {
 		kind := "chat"
 		if in.Spec().Tier.Model == "minilm" {
 			kind = "embedding"
 		}
-		got := postJSON(t, base+"/api/v1/clusters/"+cid+"/instances", tok, `{"base_url":"`+in.URL+`","model":"`+in.Spec().Tier.Model+
-			`","gpu":"a30","price_in_per_mtok":0.02,"price_out_per_mtok":0.1,"max_concurrency":8,"kind":"`+kind+`"}`)
+		got := s.register(t, in, `"gpu":"a30","price_in_per_mtok":0.02,"price_out_per_mtok":0.1,"max_concurrency":8,"kind":"`+kind+`"`)
 		if got["kind"] != kind {
 			t.Fatalf("instance registered with kind %v, want %s", got["kind"], kind)
 		}
 		kindOf[got["id"].(string)] = kind
 	}
-	key := postJSON(t, base+"/api/v1/keys", tok, `{"name":"k"}`)["key"].(string)
-	client := openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	client := s.client
 
 	const nEmb = 8
 	usedEmb := map[string]int{}
@@ -127,14 +107,7 @@ func TestEmbeddingsRouted(t *testing.T) {
 		}
 	}
 
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sqlstore.OpenSQLite(filepath.Join(dir, "routebalance.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := s.ledger(t)
 	var embRows, embOut, embIn, chatRows, chatOut int
 	if err := db.QueryRow(`SELECT count(*), coalesce(sum(output_tokens), 0), coalesce(min(prompt_tokens), 0) FROM billing_usage WHERE model = 'minilm' AND status = 'ok'`).Scan(&embRows, &embOut, &embIn); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,8 +10,6 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/routebalance/routebalance/infra/vllmemu"
-	"github.com/routebalance/routebalance/routing/engine"
-	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
 // TestFallbackToAnotherModel: the real serve in front of an emulated
@@ -22,48 +19,31 @@ import (
 // response says X-RouteBalance-Attempts: 2 and which instance it fell back
 // from, and the ledger has exactly one row per request, on llama.
 func TestFallbackToAnotherModel(t *testing.T) {
-	f, err := engine.ParseCluster([]byte(`{"name":"fb","tiers":[
+	down := vllmemu.Fault{ErrorRate: 1, ErrorStatus: 503}
+	s := startEmulated(t, `{"name":"fb","tiers":[
 		{"model":"gemma-2-9b-it","gpu":"a30","tensor_parallel":1,"instances":2,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
 		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1},
 		{"model":"llama-3.1-8b-instruct","gpu":"a30","tensor_parallel":1,"instances":1,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
 		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1}],
-		"output_lengths":{"sigma":0.3,"median_tokens_by_task":{"default":6}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := vllmemu.Fault{ErrorRate: 1, ErrorStatus: 503}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	emu, err := vllmemu.StartCluster(ctx, vllmemu.Config{File: f, TimeScale: 0.01, Seed: 3, Faults: map[int]vllmemu.Fault{0: down, 1: down}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Close()
-
-	dir := t.TempDir()
-	base, stop := startServe(t, dir, "--allow-private-endpoints")
-	tok := postJSON(t, base+"/api/v1/signup", "", `{"email":"fb@example.com","password":"correct-horse-42","name":"FB"}`)["access_token"].(string)
-	cid := postJSON(t, base+"/api/v1/clusters", tok, `{"name":"c"}`)["id"].(string)
+		"output_lengths":{"sigma":0.3,"median_tokens_by_task":{"default":6}}}`,
+		vllmemu.Config{TimeScale: 0.01, Seed: 3, Faults: map[int]vllmemu.Fault{0: down, 1: down}})
 	gemma := map[string]bool{}
-	for _, in := range emu.Instances {
+	for _, in := range s.emu.Instances {
 		prior := "0.9"
 		if in.Spec().Tier.Model != "gemma-2-9b-it" {
 			prior = "0.3"
 		}
-		id := postJSON(t, base+"/api/v1/clusters/"+cid+"/instances", tok, `{"base_url":"`+in.URL+`","model":"`+in.Spec().Tier.Model+
-			`","gpu":"a30","price_in_per_mtok":0.1,"price_out_per_mtok":0.1,"max_concurrency":8,"quality_prior":`+prior+`}`)["id"].(string)
+		id := s.register(t, in, `"gpu":"a30","price_in_per_mtok":0.1,"price_out_per_mtok":0.1,"max_concurrency":8,"quality_prior":`+prior)["id"].(string)
 		if prior == "0.9" {
 			gemma[id] = true
 		}
 	}
-	req, _ := http.NewRequest("PUT", base+"/api/v1/settings", strings.NewReader(`{"preset":"quality"}`))
-	req.Header.Set("Authorization", "Bearer "+tok)
+	req, _ := http.NewRequest("PUT", s.base+"/api/v1/settings", strings.NewReader(`{"preset":"quality"}`))
+	req.Header.Set("Authorization", "Bearer "+s.tok)
 	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 200 {
 		t.Fatalf("settings: %v %v", res, err)
 	}
-	key := postJSON(t, base+"/api/v1/keys", tok, `{"name":"k"}`)["key"].(string)
-
-	client := openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	client := s.client
 	const n = 6
 	for i := 0; i < n; i++ {
 		var raw *http.Response
@@ -98,14 +78,7 @@ func TestFallbackToAnotherModel(t *testing.T) {
 			t.Errorf("request %d: X-RouteBalance-Failed-Over %q, want a gemma instance", i, fo)
 		}
 	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sqlstore.OpenSQLite(filepath.Join(dir, "routebalance.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := s.ledger(t)
 	var rows, onLlama, attempts2 int
 	if err := db.QueryRow(`SELECT count(*), coalesce(sum(model = 'llama-3.1-8b-instruct' AND status = 'ok'), 0), coalesce(sum(attempts = 2), 0) FROM billing_usage`).Scan(&rows, &onLlama, &attempts2); err != nil {
 		t.Fatal(err)

@@ -76,8 +76,9 @@ func (b *Body) Get(key string) (json.RawMessage, bool) {
 // rewriteBody returns the body to send upstream: every member of the
 // client's object in its order (a repeated key once, at its last
 // occurrence, with its last value), "routebalance" dropped, "model" set to
-// model, on a stream "stream_options" with include_usage true, and the
-// max_tokens clamp applied; members it adds go at the end.
+// model, on a stream "stream_options" with include_usage true (not for the
+// Responses API), and the max_tokens clamp applied (max_output_tokens for
+// the Responses API); members it adds go at the end.
 func rewriteBody(call *Call, model string) ([]byte, error) {
 	src, members := call.Body.raw, call.Body.members
 	out := make([]byte, 0, len(src)+len(model)+64)
@@ -93,10 +94,17 @@ func rewriteBody(call *Call, model string) ([]byte, error) {
 		out = append(out, '"', ':')
 	}
 	var seenModel, seenOpts, clampedA, clampedB bool
-	if call.Endpoint == Embeddings { // an embedding has no output to clamp
+	switch call.Endpoint {
+	case Embeddings, Tokenize, Detokenize: // no output to clamp, never streamed
 		c := *call
 		c.MaxTokens, c.Stream = 0, false
 		call = &c
+	}
+	// The Responses API reports usage in its final event without being
+	// asked (no stream_options) and names its limit max_output_tokens.
+	withOpts, limitKey := call.Stream && call.Endpoint != Responses, "max_tokens"
+	if call.Endpoint == Responses {
+		limitKey = "max_output_tokens"
 	}
 	for i, m := range members {
 		if repeated(members, i) {
@@ -110,7 +118,7 @@ func rewriteBody(call *Call, model string) ([]byte, error) {
 			out = appendJSONString(out, model)
 			seenModel = true
 			continue
-		case call.Stream && jsonscan.KeyIs(m.key, "stream_options"):
+		case withOpts && jsonscan.KeyIs(m.key, "stream_options"):
 			member("stream_options")
 			var err error
 			if out, err = appendStreamOptions(out, m.val); err != nil {
@@ -118,8 +126,8 @@ func rewriteBody(call *Call, model string) ([]byte, error) {
 			}
 			seenOpts = true
 			continue
-		case call.MaxTokens > 0 && jsonscan.KeyIs(m.key, "max_tokens") && !jsonscan.IsNull(m.val):
-			member("max_tokens")
+		case call.MaxTokens > 0 && jsonscan.KeyIs(m.key, limitKey) && !jsonscan.IsNull(m.val):
+			member(limitKey)
 			out = appendClamped(out, m.val, call.MaxTokens)
 			clampedA = true
 			continue
@@ -141,12 +149,12 @@ func rewriteBody(call *Call, model string) ([]byte, error) {
 		member("model")
 		out = appendJSONString(out, model)
 	}
-	if call.Stream && !seenOpts {
+	if withOpts && !seenOpts {
 		member("stream_options")
 		out = append(out, `{"include_usage":true}`...)
 	}
 	if call.MaxTokens > 0 && !clampedA && !clampedB {
-		member("max_tokens")
+		member(limitKey)
 		out = strconv.AppendInt(out, int64(call.MaxTokens), 10)
 	}
 	return append(out, '}'), nil

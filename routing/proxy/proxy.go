@@ -38,6 +38,14 @@ const (
 	// Embeddings is never streamed and takes no max_tokens clamp; its
 	// answer's usage has prompt_tokens only (0 output tokens).
 	Embeddings Endpoint = "/v1/embeddings"
+	// Responses is OpenAI's Responses API: its clamp is max_output_tokens,
+	// no stream_options are added (the final response.completed event
+	// carries usage), and its stream is typed events (responses.go).
+	Responses Endpoint = "/v1/responses"
+	// Tokenize and Detokenize are vLLM's tokenizer endpoints (at the
+	// server root): never streamed, no clamp, no usage.
+	Tokenize   Endpoint = "/tokenize"
+	Detokenize Endpoint = "/detokenize"
 )
 
 // Config holds the upstream client's settings. The zero value of a field
@@ -237,7 +245,8 @@ func (p *Proxy) Close() { p.client.CloseIdleConnections() }
 
 // Call is one request to forward.
 type Call struct {
-	// Endpoint is Chat or Completions.
+	// Endpoint is the API the call goes to (Chat, Completions,
+	// Embeddings, Responses, Tokenize, Detokenize).
 	Endpoint Endpoint
 	// Body is the client's JSON object (NewBody). Open writes the
 	// instance's body from it without changing it; the "routebalance"
@@ -368,6 +377,7 @@ func (p *Proxy) Open(ctx context.Context, in *routing.Instance, call *Call) (*Re
 		stream:  call.Stream,
 		usage:   call.IncludeUsage,
 		chat:    call.Endpoint == Chat,
+		resp:    call.Endpoint == Responses,
 		budget:  call.BudgetUSD,
 		prompt:  call.PromptTokens,
 		priceIn: in.PriceInPerMTok, priceOut: in.PriceOutPerMTok,

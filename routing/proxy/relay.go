@@ -62,6 +62,7 @@ type Response struct {
 	stream   bool
 	usage    bool
 	chat     bool
+	resp     bool // the Responses API: typed events, its own usage shape
 	budget   float64
 	prompt   int
 	priceIn  float64
@@ -116,6 +117,28 @@ func (r *Response) relayBody(ctx context.Context, w Writer) Result {
 	}
 	// A non-streamed answer arrives at once: its first token was not
 	// observed, so TTFT stays 0 (see routing.Outcome).
+	if r.resp {
+		countResponse(raw, &res)
+	} else {
+		countChat(raw, &res)
+	}
+	n, werr := w.Write(raw)
+	if werr == nil {
+		werr = w.Flush()
+	}
+	res.Bytes = int64(n)
+	if werr != nil {
+		res.Outcome.Err, res.Status = fmt.Errorf("writing to client: %w", werr), ResultCancelled
+		return res
+	}
+	res.Status = ResultOK
+	return res
+}
+
+// countChat reads the tokens and the truncation of a non-streamed chat
+// or text completion into res: the usage object when there is one, else
+// an estimate from the returned text.
+func countChat(raw []byte, res *Result) {
 	var body struct {
 		Usage   *usage `json:"usage"`
 		Choices []struct {
@@ -144,17 +167,6 @@ func (r *Response) relayBody(ctx context.Context, w Writer) Result {
 			}
 		}
 	}
-	n, werr := w.Write(raw)
-	if werr == nil {
-		werr = w.Flush()
-	}
-	res.Bytes = int64(n)
-	if werr != nil {
-		res.Outcome.Err, res.Status = fmt.Errorf("writing to client: %w", werr), ResultCancelled
-		return res
-	}
-	res.Status = ResultOK
-	return res
 }
 
 // readAll reads at most limit bytes of body into one buffer of the
@@ -227,8 +239,9 @@ type streamState struct {
 	model    string
 	open     map[int]bool // choice indexes seen without a finish_reason
 	upUsage  *usage
-	upErr    bool // the upstream sent an error event
-	cut      bool // a choice finished with "length"
+	upErr    bool       // the upstream sent an error event
+	rs       respStream // the Responses API's stream state
+	cut      bool       // a choice finished with "length"
 	bytes    int64
 	writeErr error
 }
@@ -270,6 +283,7 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 
 	br := bufio.NewReaderSize(r.body, 32<<10)
 	var data []byte // the current event's data lines, joined by "\n"
+	var name []byte // the current event's name (event: line), relayed for the Responses API
 	hasData := false
 	var readErr error
 	done, budgetHit := false, false
@@ -284,13 +298,17 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 			if !hasData {
 				continue
 			}
-			done, budgetHit = s.event(data, prog)
-			data, hasData = data[:0], false
+			done, budgetHit = s.event(name, data, prog)
+			data, name, hasData = data[:0], name[:0], false
 			continue
 		}
 		field, value := splitField(line)
+		if field == "event" && r.resp {
+			name = append(name[:0], value...)
+			continue
+		}
 		if field != "data" {
-			continue // comments, event names, ids and retry hints are not relayed
+			continue // comments, ids, retry hints (and chat's event names) are not relayed
 		}
 		if hasData {
 			data = append(data, '\n')
@@ -304,7 +322,7 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 	}
 	if readErr == io.EOF && hasData && !done && !budgetHit && s.writeErr == nil {
 		// A last event without its blank line still counts.
-		done, budgetHit = s.event(data, prog)
+		done, budgetHit = s.event(name, data, prog)
 	}
 	if done && readErr == nil {
 		// Read the end of the body (vLLM closes the chunked body right
@@ -322,7 +340,7 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 	}
 	res.Outcome.PromptTokens, res.Outcome.OutputTokens = r.prompt, s.out
 	if s.upUsage != nil {
-		res.UsageReported = true
+		res.UsageReported = true // the Responses API's usage is read into the same fields
 		res.Outcome.PromptTokens = s.upUsage.PromptTokens
 		res.Outcome.OutputTokens = s.upUsage.CompletionTokens
 	}
@@ -350,6 +368,9 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 		res.Outcome.Err = fmt.Errorf("relaying stream: %w", ctx.Err())
 	default:
 		reason := "the upstream closed the stream before [DONE]"
+		if r.resp {
+			reason = "the upstream closed the stream before its final event"
+		}
 		switch {
 		case stalled.Load():
 			reason = fmt.Sprintf("the upstream sent nothing for %v", r.p.cfg.StreamIdleTimeout)
@@ -375,10 +396,13 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 
 // event handles one data payload. It reports whether the stream is over
 // ([DONE]) and whether the budget is spent.
-func (s *streamState) event(payload []byte, prog Progress) (done, budgetHit bool) {
+func (s *streamState) event(name, payload []byte, prog Progress) (done, budgetHit bool) {
 	if bytes.Equal(bytes.TrimSpace(payload), []byte("[DONE]")) {
 		s.write([]byte("data: [DONE]\n\n"))
 		return true, false
+	}
+	if s.r.resp {
+		return s.responseEvent(name, payload, prog)
 	}
 	var c chunk
 	if err := json.Unmarshal(payload, &c); err != nil {
@@ -444,6 +468,10 @@ func (s *streamState) anyOpen() bool {
 // stopForBudget ends every open choice with finish_reason "length", adds
 // the usage chunk when the client asked for it, and sends [DONE].
 func (s *streamState) stopForBudget() {
+	if s.r.resp {
+		s.stopResponseForBudget()
+		return
+	}
 	object := s.object
 	if object == "" {
 		object = "text_completion"
@@ -484,6 +512,10 @@ func (s *streamState) stopForBudget() {
 // writeError ends a broken stream with an error event in OpenAI's
 // envelope (the OpenAI SDKs surface it as an error).
 func (s *streamState) writeError(msg string) {
+	if s.r.resp {
+		s.writeResponseError(msg)
+		return
+	}
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{
 		"message": msg, "type": "upstream_error", "param": nil, "code": "upstream_stream_broken",
 	}})
