@@ -321,20 +321,48 @@ func BenchmarkEstimateHead(b *testing.B) {
 	}
 	k := headOnce.k
 	models := k.Models()
-	for _, n := range []int{1, 8, 32} {
-		b.Run(fmt.Sprintf("prompts=%d", n), func(b *testing.B) {
-			prompts := make([]string, n)
-			for i := range prompts {
-				prompts[i] = recs[(i*131)%len(recs)].Prompt + " (variant)"
+	ref := &refEmbedder{b: k.emb.(*Builtin), s: newFeatScratch(1024)}
+	for _, n := range []int{1, 8, 32, 256} {
+		for _, emb := range []string{"builtin", "reference"} {
+			if emb == "reference" && n != 256 {
+				continue
 			}
-			out := make([]routing.PromptEstimate, n)
-			ctx := context.Background()
-			b.ReportAllocs()
-			benchcpu.Measure(b, func() {
-				if err := k.Estimate(ctx, prompts, models, nil, out); err != nil {
-					b.Fatal(err)
+			b.Run(fmt.Sprintf("prompts=%d/embedder=%s", n, emb), func(b *testing.B) {
+				prompts := make([]string, n)
+				for i := range prompts {
+					prompts[i] = recs[(i*131)%len(recs)].Prompt + " (variant)"
 				}
+				out := make([]routing.PromptEstimate, n)
+				ctx := context.Background()
+				if emb == "reference" {
+					saved := k.emb
+					k.emb = ref
+					defer func() { k.emb = saved }()
+				}
+				b.ReportAllocs()
+				benchcpu.Measure(b, func() {
+					if err := k.Estimate(ctx, prompts, models, nil, out); err != nil {
+						b.Fatal(err)
+					}
+				})
 			})
-		})
+		}
 	}
+}
+
+// refEmbedder embeds with refEmbedOne (the embedder before the fast path),
+// for same-run comparisons; not safe for concurrent use.
+type refEmbedder struct {
+	b *Builtin
+	s *featScratch
+}
+
+func (r *refEmbedder) Dim() int { return r.b.Dim() }
+
+func (r *refEmbedder) Embed(_ context.Context, texts []string, dst []float32) error {
+	d := r.b.Dim()
+	for i, t := range texts {
+		refEmbedOne(r.b, t, r.s, dst[i*d:(i+1)*d])
+	}
+	return nil
 }

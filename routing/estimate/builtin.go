@@ -104,11 +104,8 @@ func (b *Builtin) Fit(texts []string) {
 	for i, t := range texts {
 		s.reset()
 		b.features(t, s)
-		for _, e := range s.slots {
-			if e.key == 0 {
-				continue
-			}
-			k := e.key & mask
+		for _, si := range s.idx {
+			k := s.slots[si].key & mask
 			if seen[k] != uint32(i+1) {
 				seen[k] = uint32(i + 1)
 				df[k]++
@@ -145,11 +142,15 @@ func (b *Builtin) embedOne(text string, s *featScratch, v []float32) {
 	b.features(text, s)
 	d := uint64(len(v))
 	mask := uint64(len(b.idf) - 1)
-	for _, e := range s.slots {
-		if e.key == 0 {
-			continue
+	for _, si := range s.idx {
+		e := &s.slots[si]
+		var lt float32
+		if e.count < uint32(len(logCount)) {
+			lt = logCount[e.count]
+		} else {
+			lt = float32(math.Log(float64(e.count)))
 		}
-		w := (1 + float32(math.Log(float64(e.count)))) * e.weight
+		w := (1 + lt) * e.weight
 		if b.idf != nil {
 			w *= b.idf[e.key&mask]
 		}
@@ -163,6 +164,14 @@ func (b *Builtin) embedOne(text string, s *featScratch, v []float32) {
 	}
 	normalize(v)
 }
+
+// logCount[c] is float32(ln c), the sublinear term frequency of a count.
+var logCount = func() (t [256]float32) {
+	for c := 1; c < len(t); c++ {
+		t[c] = float32(math.Log(float64(c)))
+	}
+	return t
+}()
 
 // normalize scales v to unit length; a zero vector stays zero.
 func normalize(v []float32) {
@@ -186,32 +195,59 @@ const (
 	seedChar   = 0x165667b19e3779f9
 )
 
-// features adds every feature of text to s.
+// features adds every feature of text to s. ASCII words (the common case)
+// take a byte-wise path; any other word the rune-wise one. Both produce the
+// same hashes for the same lower-cased characters.
 func (b *Builtin) features(text string, s *featScratch) {
 	if len(text) > b.cfg.MaxBytes {
 		text = text[:b.cfg.MaxBytes]
 	}
 	ww, bw, cw := float32(b.cfg.WordWeight), float32(b.cfg.BigramWeight), float32(b.cfg.CharWeight)
+	chars := cw > 0 && b.cfg.CharMax > 0
 	var prev uint64
 	havePrev := false
 	i := 0
 	for i < len(text) {
 		// Skip to the start of a word: a run of letters or digits.
-		r, size := utf8.DecodeRuneInString(text[i:])
-		if !isWordRune(r) {
-			i += size
-			continue
+		if c := text[i]; c < utf8.RuneSelf {
+			if !asciiWord[c] {
+				i++
+				continue
+			}
+		} else {
+			r, size := utf8.DecodeRuneInString(text[i:])
+			if !isWordRune(r) {
+				i += size
+				continue
+			}
 		}
 		start := i
+		ascii := true
 		for i < len(text) {
-			r, size = utf8.DecodeRuneInString(text[i:])
+			if c := text[i]; c < utf8.RuneSelf {
+				if !asciiWord[c] {
+					break
+				}
+				i++
+				continue
+			}
+			r, size := utf8.DecodeRuneInString(text[i:])
 			if !isWordRune(r) {
 				break
 			}
+			ascii = false
 			i += size
 		}
 		word := text[start:i]
-		wh := hashLower(word, seedWord)
+		var wh uint64
+		if ascii {
+			wh = b.asciiWord(word, s, chars, cw)
+		} else {
+			wh = hashLower(word, seedWord)
+			if chars {
+				b.charGrams(word, s, cw)
+			}
+		}
 		if ww > 0 {
 			s.add(wh, ww)
 		}
@@ -219,14 +255,61 @@ func (b *Builtin) features(text string, s *featScratch) {
 			s.add(mix(prev^seedBigram, wh), bw)
 		}
 		prev, havePrev = wh, true
-		if cw > 0 && b.cfg.CharMax > 0 {
-			b.charGrams(word, s, cw)
-		}
 	}
 }
 
+// asciiWord returns the word hash of an all-ASCII word and, when chars is
+// set, adds its character n-grams — the same hashes as hashLower and
+// charGrams, without decoding runes.
+func (b *Builtin) asciiWord(word string, s *featScratch, chars bool, w float32) uint64 {
+	var buf [64]byte
+	buf[0] = ' '
+	n := 1
+	h := uint64(seedWord)
+	for j := 0; j < len(word); j++ {
+		c := word[j]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		h = (h ^ uint64(c)) * 0x100000001b3
+		if n < len(buf)-1 {
+			buf[n] = c
+			n++
+		}
+	}
+	wh := finalize(h)
+	if !chars {
+		return wh
+	}
+	buf[n] = ' '
+	n++
+	rs := buf[:n]
+	for g := b.cfg.CharMin; g <= b.cfg.CharMax; g++ {
+		if g == 0 || g > n {
+			continue
+		}
+		seed := uint64(seedChar) ^ uint64(g)
+		for j := 0; j+g <= n; j++ {
+			h := seed
+			for _, c := range rs[j : j+g] {
+				h = (h ^ uint64(c)) * 0x100000001b3
+			}
+			s.add(finalize(h), w)
+		}
+	}
+	return wh
+}
+
+// asciiWord[c] reports whether the ASCII byte c is a letter or digit.
+var asciiWord = func() (t [utf8.RuneSelf]bool) {
+	for c := range t {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+	}
+	return t
+}()
+
 // charGrams adds the character n-grams of " word " (padded with a space on
-// each side, lower-cased, byte-wise for ASCII and rune-wise otherwise).
+// each side, lower-cased, rune-wise).
 func (b *Builtin) charGrams(word string, s *featScratch, w float32) {
 	var buf [64]rune
 	rs := buf[:0]
@@ -292,10 +375,12 @@ func finalize(h uint64) uint64 {
 }
 
 // featScratch is an open-addressing hash table counting features of one
-// text; it is reused across texts to avoid allocation.
+// text; it is reused across texts to avoid allocation. idx lists the slots
+// in use in insertion order, so reset and the embedding visit only those.
 type featScratch struct {
 	slots []featSlot
 	used  int
+	idx   []int32
 }
 
 type featSlot struct {
@@ -304,13 +389,16 @@ type featSlot struct {
 	weight float32
 }
 
-func newFeatScratch(n int) *featScratch { return &featScratch{slots: make([]featSlot, n)} }
+func newFeatScratch(n int) *featScratch {
+	return &featScratch{slots: make([]featSlot, n), idx: make([]int32, 0, n/2)}
+}
 
 func (s *featScratch) reset() {
-	if s.used > 0 {
-		clear(s.slots)
-		s.used = 0
+	for _, i := range s.idx {
+		s.slots[i] = featSlot{}
 	}
+	s.idx = s.idx[:0]
+	s.used = 0
 }
 
 func (s *featScratch) add(key uint64, w float32) {
@@ -327,22 +415,23 @@ func (s *featScratch) add(key uint64, w float32) {
 		if e.key == 0 {
 			*e = featSlot{key: key, count: 1, weight: w}
 			s.used++
+			s.idx = append(s.idx, int32(i))
 			return
 		}
 	}
 }
 
 func (s *featScratch) grow() {
-	old := s.slots
+	old, oldIdx := s.slots, s.idx
 	s.slots = make([]featSlot, 2*len(old))
+	s.idx = make([]int32, 0, len(s.slots)/2)
 	mask := uint64(len(s.slots) - 1)
-	for _, e := range old {
-		if e.key == 0 {
-			continue
-		}
+	for _, oi := range oldIdx {
+		e := old[oi]
 		for i := e.key & mask; ; i = (i + 1) & mask {
 			if s.slots[i].key == 0 {
 				s.slots[i] = e
+				s.idx = append(s.idx, int32(i))
 				break
 			}
 		}
