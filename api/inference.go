@@ -136,6 +136,11 @@ type InferenceDeps struct {
 	// Cache is the exact-match response cache for deterministic
 	// non-streamed requests (routing/respcache); nil turns it off.
 	Cache dispatch.Cache
+	// Forward, with several replicas, forwards requests to their
+	// cluster's owner replica and checks X-RouteBalance-Forwarded
+	// (inference_forward.go); nil: everything routes here and a forwarded
+	// header is refused.
+	Forward *Forwarder
 }
 
 // inference serves /v1.

@@ -19,6 +19,7 @@ import (
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/dispatch"
+	"github.com/routebalance/routebalance/routing/owner"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/respcache"
 	"github.com/routebalance/routebalance/routing/schedule"
@@ -222,6 +223,12 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 			return err
 		}
 		stopWatch := watchClient(c.Context().Conn(), h.cfg.ClientCheckInterval, cancel)
+		if handled, ho, err := h.deps.Forward.step(ctx, x, func() { stopWatch(); cancel() }); handled {
+			if handedOff = ho; !ho {
+				stopWatch()
+			}
+			return err
+		}
 		if !x.body.stream {
 			res, err := h.dispatch.Dispatch(ctx, *call)
 			stopWatch()
@@ -347,7 +354,7 @@ func newCall(x *exchange, ep proxy.Endpoint, weights routing.Weights, arrival ti
 func routingHeaders(c *fiber.Ctx) string {
 	var hs []string
 	c.Request().Header.VisitAll(func(k, v []byte) {
-		if len(k) > 14 && strings.EqualFold(string(k[:14]), "X-RouteBalance") {
+		if len(k) > 14 && strings.EqualFold(string(k[:14]), "X-RouteBalance") && !strings.EqualFold(string(k), owner.Header) {
 			hs = append(hs, strings.ToLower(string(k))+"="+string(v))
 		}
 	})
