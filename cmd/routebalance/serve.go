@@ -28,6 +28,7 @@ import (
 	"github.com/routebalance/routebalance/migrations"
 	"github.com/routebalance/routebalance/routing/estimate"
 	"github.com/routebalance/routebalance/routing/latency"
+	"github.com/routebalance/routebalance/routing/owner"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/respcache"
 	"github.com/routebalance/routebalance/routing/schedule"
@@ -545,6 +546,32 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer stopPprof()
 	}
 
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	// Several replicas: each cluster is scheduled by its owner replica
+	// (a lease in Redis); the others forward its requests there, signed
+	// with a key derived from the shared session secret.
+	id := replicaID(cfg.redis.replicaID)
+	leases, err := newOwnerLeases(sh, cfg.redis, id, ln.Addr(), log)
+	if err != nil {
+		return err
+	}
+	signer, err := owner.NewSigner(jwtSecret, 0)
+	if err != nil {
+		return err
+	}
+	var owners api.Owners
+	if leases != nil {
+		owners = leases
+		workers.Go(func() error { return leases.Run(bg) })
+	}
+	fwd := api.NewForwarder(api.ForwardConfig{Replica: id}, owners, signer, log)
+	deps.Inference.Forward = fwd
+	registerOwnerMetrics(tel.Registry(), leases, fwd)
+
 	acfg := api.DefaultConfig()
 	acfg.BodyLimit = cfg.bodyLimit
 	acfg.Inference.MaxAttempts = cfg.maxAttempts
@@ -552,10 +579,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	acfg.TrustedProxies = cfg.trustedProxies
 	srv := api.New(acfg, deps)
 
-	ln, err := net.Listen("tcp", cfg.addr)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	log.Info("listening", slog.String("addr", ln.Addr().String()), slog.Bool("allow_private_endpoints", cfg.allowPrivate))
 	fmt.Fprintf(stdout, "routebalance listening on http://%s\n", ln.Addr())
 	served := make(chan error, 1)
@@ -573,6 +596,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
+	if leases != nil {
+		// Hand the clusters over now rather than after the lease TTL.
+		leases.Stop(sctx)
+	}
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("in-flight requests cut at the shutdown deadline", slog.Any("err", err))
 	}

@@ -13,6 +13,12 @@ import (
 	"net/http/pprof"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/routebalance/routebalance/api"
+	"github.com/routebalance/routebalance/routing/owner"
+	"github.com/routebalance/routebalance/telemetry"
 )
 
 // servePprof serves net/http/pprof's /debug/pprof/ handlers on their own
@@ -85,4 +91,31 @@ func serveMux(addr, flagName, what string, mux *http.ServeMux, log *slog.Logger)
 		_ = srv.Shutdown(ctx)
 		<-done
 	}, nil
+}
+
+// registerOwnerMetrics exports the owner leases' and the forwarding
+// step's counters (docs/operations.md, "Several replicas").
+func registerOwnerMetrics(reg *prometheus.Registry, leases *owner.Leases, fwd *api.Forwarder) {
+	ns := telemetry.Namespace
+	counter := func(name, help string, f func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: "forward", Name: name, Help: help}, func() float64 { return float64(f()) })
+	}
+	reg.MustRegister(
+		counter("forwarded_total", "Requests forwarded to their cluster's owner replica and answered by it.", func() int64 { return fwd.Stats().Forwarded }),
+		counter("owner_unreachable_total", "Requests routed on this replica because their cluster's owner could not be connected to.", func() int64 { return fwd.Stats().Fallbacks }),
+		counter("failed_total", "Forwarded requests the owner accepted but did not answer completely (502, not retried).", func() int64 { return fwd.Stats().Failed }),
+		counter("received_total", "Requests another replica forwarded here (valid X-RouteBalance-Forwarded).", func() int64 { return fwd.Stats().Received }),
+		counter("refused_total", "Requests refused for an invalid X-RouteBalance-Forwarded header (403).", func() int64 { return fwd.Stats().Refused }),
+	)
+	if leases == nil {
+		return
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: "owner", Name: "leases_held", Help: "Clusters this replica owns (schedules for every replica)."},
+			func() float64 { return float64(leases.Stats().Held) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: "owner", Name: "leases_lost_total", Help: "Owner leases found taken or gone at renewal."},
+			func() float64 { return float64(leases.Stats().Lost) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: "owner", Name: "redis_errors_total", Help: "Failed Redis calls of the owner leases."},
+			func() float64 { return float64(leases.Stats().RedisErrors) }),
+	)
 }

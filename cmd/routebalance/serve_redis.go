@@ -2,16 +2,22 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routebalance/routebalance/billing/redisspend"
 	"github.com/routebalance/routebalance/routing/dispatch"
+	"github.com/routebalance/routebalance/routing/owner"
 	"github.com/routebalance/routebalance/routing/respcache"
 	"github.com/routebalance/routebalance/tenants/limits/redislimit"
 )
@@ -22,6 +28,11 @@ type redisFlags struct {
 	prefix  string
 	fail    string
 	timeout time.Duration
+	// The owner lease (routing/owner): one replica schedules each cluster.
+	ownerLease   bool
+	ownerTTL     time.Duration
+	advertiseURL string
+	replicaID    string
 }
 
 // register adds the flags to fs.
@@ -31,6 +42,11 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.fail, "redis-fail", env("REDIS_FAIL", string(redislimit.FailOpen)), "when Redis is unreachable: open (each replica enforces limits and budgets on its own view) or closed (limited or budgeted requests get 503) (env ROUTEBALANCE_REDIS_FAIL)")
 	d, _ := time.ParseDuration(env("REDIS_TIMEOUT", "250ms"))
 	fs.DurationVar(&r.timeout, "redis-timeout", d, "bound on one Redis call before the fail mode applies (env ROUTEBALANCE_REDIS_TIMEOUT)")
+	fs.BoolVar(&r.ownerLease, "owner-lease", envBool("OWNER_LEASE", true), "with --redis-url: schedule each cluster on one owner replica (a lease in Redis) and forward its requests there from the other replicas; false: every replica schedules what it receives (env ROUTEBALANCE_OWNER_LEASE)")
+	ttl, _ := time.ParseDuration(env("OWNER_LEASE_TTL", owner.DefaultConfig().TTL.String()))
+	fs.DurationVar(&r.ownerTTL, "owner-lease-ttl", ttl, "lifetime of an owner lease, renewed every third of it: a crashed owner's clusters move within it (env ROUTEBALANCE_OWNER_LEASE_TTL)")
+	fs.StringVar(&r.advertiseURL, "advertise-url", env("ADVERTISE_URL", ""), "base URL the other replicas reach this one at (http://<pod-ip>:8080; the Helm chart sets it from status.podIP); empty: http://<--addr> when --addr names an address, else this replica owns no cluster (env ROUTEBALANCE_ADVERTISE_URL)")
+	fs.StringVar(&r.replicaID, "replica-id", env("REPLICA_ID", ""), "this replica's name in owner leases and X-RouteBalance-Replica (the Helm chart sets the pod name); empty: <hostname>-<random> (env ROUTEBALANCE_REPLICA_ID)")
 }
 
 // shared is what the replicas share through Redis; nil without --redis-url.
@@ -103,4 +119,51 @@ func newResponseCache(mode string, ttl time.Duration, sh *shared, prefix string)
 		return respcache.NewRedis(sh.client, prefix+":cache:", cfg)
 	}
 	return nil, fmt.Errorf("--response-cache must be off, memory or redis, got %q", mode)
+}
+
+// replicaID is --replica-id, or <hostname>-<random> (several serve
+// processes on one host must differ).
+func replicaID(flagged string) string {
+	if flagged != "" {
+		return flagged
+	}
+	h, err := os.Hostname()
+	if err != nil || h == "" || strings.ContainsAny(h, "@ \t\r\n") {
+		h = "replica"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return h + "-" + hex.EncodeToString(b[:])
+}
+
+// advertiseURL is --advertise-url, or http://<addr> when the listener is
+// bound to one address; "" for an unspecified address (0.0.0.0, ::),
+// which the other replicas cannot dial.
+func advertiseURL(flagged string, addr net.Addr) string {
+	if flagged != "" {
+		return flagged
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
+		return ""
+	}
+	return "http://" + tcp.String()
+}
+
+// newOwnerLeases makes the owner leases of this replica (nil without
+// Redis or with --owner-lease=false).
+func newOwnerLeases(sh *shared, f redisFlags, id string, addr net.Addr, log *slog.Logger) (*owner.Leases, error) {
+	if sh == nil || !f.ownerLease {
+		return nil, nil
+	}
+	u := advertiseURL(f.advertiseURL, addr)
+	if u == "" {
+		log.Warn("owner leases: no --advertise-url and --addr is not one address; this replica forwards to owners but owns no cluster", slog.String("addr", addr.String()))
+	}
+	l, err := owner.New(owner.Config{Prefix: f.prefix + ":own", ID: id, URL: u, TTL: f.ownerTTL, Timeout: f.timeout}, sh.client, nil, log)
+	if err != nil {
+		return nil, fmt.Errorf("owner lease: %w", err)
+	}
+	log.Info("clusters scheduled by their owner replica (lease in redis)", slog.String("replica", id), slog.String("advertise_url", u), slog.Duration("lease_ttl", f.ownerTTL))
+	return l, nil
 }
