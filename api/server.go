@@ -22,7 +22,6 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 
 	"github.com/routebalance/routebalance/routing"
-	"github.com/routebalance/routebalance/routing/sim"
 	"github.com/routebalance/routebalance/tenants"
 )
 
@@ -36,9 +35,8 @@ type Server struct {
 	// proxy header (then the access log asks c.IP()).
 	ipFromHeader bool
 	app          *fiber.App
-	// whatIf serves the what-if preview; recent is the inference path's
-	// recent-request memory (nil without /v1/feedback), read by it.
-	whatIf *whatIf
+	// recent is the inference path's recent-request memory (nil without
+	// /v1/feedback), read by the what-if preview.
 	recent *recentRequests
 	// clock is Deps.Inference.Clock (default the wall clock); the usage
 	// report's default range is taken from it.
@@ -60,8 +58,6 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Inference configures the OpenAI-compatible API (api/inference.go).
 	Inference InferenceConfig
-	// WhatIf bounds the what-if preview (api/whatif.go).
-	WhatIf WhatIfConfig
 	// TrustedProxies are the addresses or CIDR ranges of reverse proxies
 	// (an ingress, a load balancer) whose X-Forwarded-For names the client.
 	// Empty (the default) trusts no header: the client address is the
@@ -117,10 +113,9 @@ type Deps struct {
 	BillingTenant TenantFunc
 	// SignupHook is told about each sign-up (creates the Stripe customer).
 	SignupHook SignupHook
-	// WhatIf holds the live router's estimators, used read-only by
-	// POST /api/v1/clusters/{id}/whatif (zero: instance priors and the
-	// latency model's default prior).
-	WhatIf sim.WhatIfDeps
+	// WhatIf answers POST /api/v1/clusters/{id}/whatif
+	// (routing/sim.Previewer); nil answers 503.
+	WhatIf Previewer
 	// Metrics, when set together with MetricsToken, is served at GET
 	// /metrics (telemetry.Metrics.Handler) to requests bearing
 	// "Authorization: Bearer <MetricsToken>"; without a token it is not
@@ -152,11 +147,6 @@ func New(cfg Config, deps Deps) *Server {
 	if s.clock == nil {
 		s.clock = routing.WallClock{}
 	}
-	if err := cfg.WhatIf.Validate(); err != nil {
-		s.log.Error("invalid what-if config, using defaults", slog.String("error", err.Error()))
-		cfg.WhatIf = WhatIfConfig{}
-	}
-	s.whatIf = newWhatIf(cfg.WhatIf, deps.WhatIf, deps.Inference.Clock)
 	s.app = fiber.New(fiber.Config{
 		BodyLimit:             cfg.BodyLimit,
 		ReadTimeout:           cfg.ReadTimeout,

@@ -7,8 +7,31 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/routebalance/routebalance/infra/vllmemu/demoset"
 	"github.com/routebalance/routebalance/migrations/dbtest"
+	"github.com/routebalance/routebalance/routing/sim"
+	"github.com/routebalance/routebalance/routing/sim/workload"
 )
+
+// withPreviewer wires the what-if preview as cmd/routebalance does, with
+// the demo set as its sample and no ledger (no observed replay; that path
+// is tested in routing/sim and cmd/routebalance).
+func withPreviewer(t *testing.T) func(*Deps) {
+	t.Helper()
+	items, err := demoset.Items()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample := make([]workload.Item, len(items))
+	for i, it := range items {
+		sample[i] = workload.Item{ID: it.ID, Prompt: it.Prompt, Task: it.Task}
+	}
+	p, err := sim.NewPreviewer(sim.PreviewConfig{}, sim.PreviewDeps{Sample: sample})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(d *Deps) { d.WhatIf = p }
+}
 
 // TestWhatIf replays the sample workload against a registered two-model
 // cluster: the quality corner must predict at least the quality and the
@@ -16,7 +39,7 @@ import (
 // tenant's cluster is 404 and weights off the simplex are 400.
 func TestWhatIf(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
-		e := newEnv(t, db, true, nil)
+		e := newEnv(t, db, true, withPreviewer(t))
 		_, tokA := signupTok(e, "wa@example.com")
 		_, tokB := signupTok(e, "wb@example.com")
 
@@ -110,6 +133,7 @@ func TestWhatIf(t *testing.T) {
 			{"max_requests", path, tokA, map[string]any{"weights": q, "max_requests": 0}, 400, "max_requests"},
 			{"policy", path, tokA, map[string]any{"weights": q, "policy": map[string]any{"name": "nope"}}, 400, "policy"},
 			{"empty cluster", "/api/v1/clusters/" + cidB + "/whatif", tokB, map[string]any{"weights": q}, 400, ""},
+			{"oracle", path, tokA, map[string]any{"weights": q, "policy": map[string]any{"name": "oracle"}}, 400, "policy.name"},
 		} {
 			r := e.do("POST", tc.path, tc.tok, tc.body)
 			if r.status != tc.status {
@@ -130,7 +154,7 @@ func TestWhatIf(t *testing.T) {
 // process remembers enough of them, and never another tenant's.
 func TestWhatIfRecent(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
-		e := newEnv(t, db, true, nil)
+		e := newEnv(t, db, true, withPreviewer(t))
 		tidA, tokA := signupTok(e, "ra@example.com")
 		tidB, _ := signupTok(e, "rb@example.com")
 		cid := mkCluster(t, e, tokA, "prod")
@@ -155,13 +179,26 @@ func TestWhatIfRecent(t *testing.T) {
 		if r.status != 200 || r.str("source") != "recent" {
 			t.Fatalf("20 recent prompts: %d source %q, want recent: %s", r.status, r.str("source"), r.raw)
 		}
-		if got := len(rec.tenantPrompts(tidA, 1000)); got != 20 {
+		if got := len(rec.TenantPrompts(tidA, 1000)); got != 20 {
 			t.Errorf("tenantPrompts = %d, want 20", got)
 		}
-		if got := rec.tenantPrompts(tidA, 2); !cmp.Equal(got, []string{"one more", "question 18 about tax law"}) {
+		if got := rec.TenantPrompts(tidA, 2); !cmp.Equal(got, []string{"one more", "question 18 about tax law"}) {
 			t.Errorf("newest first: %q", got)
 		}
 	})
+}
+
+// TestWhatIfUnconfigured: without a Previewer the endpoint answers 503 in
+// the error envelope.
+func TestWhatIfUnconfigured(t *testing.T) {
+	e := newEnv(t, dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)}, true, nil)
+	_, tok := signupTok(e, "nw@example.com")
+	cid := mkCluster(t, e, tok, "prod")
+	r := e.do("POST", "/api/v1/clusters/"+cid+"/whatif", tok, map[string]any{"weights": map[string]any{"quality": 1, "latency": 0, "cost": 0}})
+	if r.status != 503 {
+		t.Fatalf("status %d, want 503: %s", r.status, r.raw)
+	}
+	r.envelope(t)
 }
 
 func f(v any) float64 { x, _ := v.(float64); return x }

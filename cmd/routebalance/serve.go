@@ -517,12 +517,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if knn != nil {
 		deps.Inference.Quality = knn // POST /v1/feedback teaches the index
 	}
-	// The what-if preview replays through a fresh Core with the same
-	// estimators, read-only (routing/sim.WhatIf).
-	deps.WhatIf = sim.WhatIfDeps{Latency: lat, Schedule: scfg}
-	if knn != nil {
-		deps.WhatIf.Estimator = knn
+	// The what-if preview replays the ledger's traffic through a fresh
+	// Core with the same estimators, read-only (routing/sim.Previewer).
+	sample, err := demoSample()
+	if err != nil {
+		return err
 	}
+	pdeps := sim.PreviewDeps{WhatIf: sim.WhatIfDeps{Latency: lat, Schedule: scfg}, Traffic: ledgerTraffic{bill.store},
+		State: router, Sample: sample}
+	if knn != nil {
+		pdeps.WhatIf.Estimator = knn
+	}
+	previewer, err := sim.NewPreviewer(sim.PreviewConfig{}, pdeps)
+	if err != nil {
+		return fmt.Errorf("what-if preview: %w", err)
+	}
+	deps.WhatIf = previewer
 
 	if cfg.metricsToken != "" {
 		deps.Metrics, deps.MetricsToken = tel.Handler(), cfg.metricsToken
