@@ -204,9 +204,13 @@ func (h *inference) dispatchDeps() dispatch.Deps {
 	return d
 }
 
-// mountInference registers the OpenAI-compatible API under /v1.
-func (s *Server) mountInference(r fiber.Router) {
+// mountInference registers the OpenAI-compatible API under /v1, and
+// vLLM's /tokenize and /detokenize at the root (where vLLM serves them).
+func (s *Server) mountInference(root fiber.Router) {
 	h := newInference(s.cfg.Inference, s.deps.Inference, s.log)
+	root.Post("/tokenize", h.tokenizer(proxy.Tokenize))
+	root.Post("/detokenize", h.tokenizer(proxy.Detokenize))
+	r := root.Group("/v1")
 	s.recent = h.recent // read by the what-if preview (whatif.go)
 	r.Post("/chat/completions", h.complete(proxy.Chat))
 	r.Post("/completions", h.complete(proxy.Completions))

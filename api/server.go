@@ -174,7 +174,7 @@ func New(cfg Config, deps Deps) *Server {
 	s.mountBillingWebhook(s.app) // Stripe authenticates with its signature, not a session
 	s.mountManagement(s.app.Group("/api/v1"))
 	s.mountBilling(s.app.Group("/api/v1"))
-	s.mountInference(s.app.Group("/v1"))
+	s.mountInference(s.app)
 	s.mountWeb(s.app) // last: its catch-all serves the dashboard
 	return s
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -158,6 +159,7 @@ type Dispatcher struct {
 	clock  routing.Clock
 	log    *slog.Logger
 	spans  telemetry.Spans
+	turn   atomic.Uint64 // Pass's rotating start
 }
 
 // New returns a dispatcher; zero Config fields take the defaults.
