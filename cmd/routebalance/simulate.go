@@ -14,6 +14,7 @@ import (
 
 	"github.com/routebalance/routebalance/infra/clusters"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/autopilot"
 	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/routing/sim"
@@ -31,11 +32,19 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	index := fs.String("index", "", "quality/length index directory built by `routebalance index build`")
 	data := fs.String("data", "", "JSONL prompts {id,prompt,task?,scores?} to replay")
 	policies := fs.String("policy", "routebalance", "policy, or a comma list: routebalance, round-robin, shortest-queue, quality-only, threshold, chimera, oracle")
-	presets := fs.String("preset", "", "preset for the routebalance/oracle policies, or a comma list (quality, latency, cost, balanced); default balanced")
+	presets := fs.String("preset", "", "preset for the routebalance/oracle policies, or a comma list (quality, latency, cost, balanced, autopilot); default balanced")
 	weights := fs.String("weights", "", "custom weights q=…,c=…,l=… instead of --preset")
 	threshold := fs.Float64("threshold", 0.5, "quality threshold t of the threshold policy")
 	slack := fs.Float64("slack", 0.2, "delay slack τ of the chimera policy")
 	rates := fs.String("rates", "6,8,10,12,18,24,30", "comma list of request rates λ (req/s)")
+	rateProfile := fs.String("rate-profile", "", "piecewise-constant λ over time instead of --rates, e.g. 6:60s,30:60s,6:60s (arrivals until it ends; --n is ignored); cells then carry 10 s windows")
+	slo := fs.String("slo", "", "targets of the autopilot preset and of every cell's windows: p95_e2e_ms=…,p95_ttft_ms=…,max_cost_usd_per_request=…")
+	apParams := fs.String("autopilot-params", "", "autopilot constants over the defaults: margin=…,band=…,dwell=…,min_gain=…,steps=a/b/c,max_step=…,min_window=… (routing/autopilot/README.md)")
+	apInterval := fs.Duration("autopilot-interval", 5*time.Second, "autopilot control interval (virtual time)")
+	apHorizon := fs.Duration("autopilot-horizon", 10*time.Second, "recent traffic each autopilot replay repeats")
+	apReplay := fs.String("autopilot-replay", "derived", "engines of the autopilot's replays: derived (from the live latency model, as a live router must) or world (the simulated world's own)")
+	apNoPredict := fs.Bool("autopilot-no-predict", false, "autopilot on feedback only (no model-predictive replays)")
+	window := fs.Duration("window", 10*time.Second, "width of the windows of a --rate-profile run")
 	n := fs.Int("n", 3000, "requests per cell")
 	burst := fs.Float64("burstiness", 1, "gamma shape of the inter-arrival gaps (1 = Poisson)")
 	seed := fs.Uint64("seed", 1, "seed of the prompt sample and the arrivals")
@@ -95,7 +104,31 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("rates: %w", err)
 	}
-	arms, err := buildArms(*policies, *presets, *weights, *threshold, *slack, *noLPT, *noAdaptive, *batchSizes)
+	var pr sim.ProfileRun
+	pr.Window = *window
+	if *rateProfile != "" {
+		if cfg.Profile, err = workload.ParseProfile(*rateProfile); err != nil {
+			return err
+		}
+		if *window <= 0 {
+			return fmt.Errorf("window must be > 0, got %v", *window)
+		}
+	}
+	var ap *sim.AutopilotConfig
+	if *slo != "" {
+		if pr.Targets, err = autopilot.ParseTargets(*slo); err != nil {
+			return fmt.Errorf("slo: %w", err)
+		}
+		params, err := autopilot.ParseParams(*apParams)
+		if err != nil {
+			return fmt.Errorf("autopilot-params: %w", err)
+		}
+		ap = &sim.AutopilotConfig{Targets: pr.Targets, Params: params, Interval: *apInterval, Horizon: *apHorizon, Window: *window, NoPredict: *apNoPredict, ReplayWorld: *apReplay}
+		if err := ap.WithDefaults().Validate(); err != nil {
+			return err
+		}
+	}
+	arms, err := buildArms(*policies, *presets, *weights, *threshold, *slack, *noLPT, *noAdaptive, *batchSizes, ap)
 	if err != nil {
 		return err
 	}
@@ -135,9 +168,13 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		defer pprof.StopCPUProfile()
 	}
-	fmt.Fprintf(stderr, "simulate: %d arm(s) × %d rate(s) × %d requests on %s (%d instances)\n", len(arms), len(rateList), cfg.N, f.Name, len(world.Cluster.Instances))
+	if len(cfg.Profile) > 0 {
+		fmt.Fprintf(stderr, "simulate: %d arm(s) over the rate profile %s on %s (%d instances)\n", len(arms), cfg.Profile, f.Name, len(world.Cluster.Instances))
+	} else {
+		fmt.Fprintf(stderr, "simulate: %d arm(s) × %d rate(s) × %d requests on %s (%d instances)\n", len(arms), len(rateList), cfg.N, f.Name, len(world.Cluster.Instances))
+	}
 	start := time.Now()
-	cells, err := sim.Sweep(ctx, cfg, world, items, arms, rateList, newRouter, func(c sim.Cell) {
+	cells, err := sim.SweepProfile(ctx, cfg, pr, world, items, arms, rateList, newRouter, func(c sim.Cell) {
 		fmt.Fprintf(stderr, "  %-40s λ=%-5g mean_e2e=%.3fs quality=%.4f cost=$%.6f (%.2fs)\n", c.Label(), c.Rate, c.MeanE2E, c.Quality, c.CostPerRequest, c.WallS)
 	})
 	if err != nil {
@@ -150,6 +187,12 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *tiers {
 		fmt.Fprintln(stdout, "\npredicted vs observed E2E per tier:")
 		if err := sim.WriteTiers(stdout, cells); err != nil {
+			return err
+		}
+	}
+	if len(cfg.Profile) > 0 {
+		fmt.Fprintf(stdout, "\nwindows of %v over %s, targets %s:\n", pr.Window, cfg.Profile, dashIfEmpty(pr.Targets.String()))
+		if err := sim.WriteWindows(stdout, cells); err != nil {
 			return err
 		}
 	}
@@ -168,10 +211,30 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
+		for _, c := range cells {
+			if c.Autopilot == nil || len(c.Windows) == 0 {
+				continue
+			}
+			name := "autopilot_timeline"
+			if c.Policy != schedule.PolicyRouteBalance {
+				name += "_" + c.Policy
+			}
+			if err := plots.Timeline(*out, name, c, cells); err != nil {
+				return err
+			}
+			names = append(names, name)
+		}
 		fmt.Fprintf(stderr, "simulate: wrote results.json, results.csv and %d plots (png+svg) to %s\n", len(names), *out)
 	}
 	fmt.Fprintln(stdout, sim.SummaryLine(cells[len(cells)-1]))
 	return nil
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 func fmtCap(c sim.Capacity) string {
@@ -204,10 +267,11 @@ func parseFloats(s string) ([]float64, error) {
 // routebalance and oracle get one arm per preset (or the custom weights);
 // every other policy one arm; each arm once per fixed batch size when a
 // list is given.
-func buildArms(policies, presets, weights string, threshold, slack float64, noLPT, noAdaptive bool, batchSizes string) ([]sim.Arm, error) {
+func buildArms(policies, presets, weights string, threshold, slack float64, noLPT, noAdaptive bool, batchSizes string, ap *sim.AutopilotConfig) ([]sim.Arm, error) {
 	type wp struct {
 		name string
 		w    routing.Weights
+		ap   *sim.AutopilotConfig
 	}
 	var ws []wp
 	switch {
@@ -218,18 +282,25 @@ func buildArms(policies, presets, weights string, threshold, slack float64, noLP
 		if err != nil {
 			return nil, err
 		}
-		ws = append(ws, wp{routing.PresetCustom, w})
+		ws = append(ws, wp{name: routing.PresetCustom, w: w})
 	default:
 		if presets == "" {
 			presets = routing.PresetBalanced
 		}
 		for _, p := range strings.Split(presets, ",") {
 			p = strings.TrimSpace(p)
+			if p == autopilot.PresetAutopilot {
+				if ap == nil {
+					return nil, fmt.Errorf("preset autopilot needs --slo targets, e.g. --slo p95_e2e_ms=3000")
+				}
+				ws = append(ws, wp{name: p, w: ap.WithDefaults().Start, ap: ap})
+				continue
+			}
 			w, err := routing.PresetWeights(p)
 			if err != nil {
 				return nil, err
 			}
-			ws = append(ws, wp{p, w})
+			ws = append(ws, wp{name: p, w: w})
 		}
 	}
 	var sizes []int
@@ -261,7 +332,7 @@ func buildArms(policies, presets, weights string, threshold, slack float64, noLP
 			abl := sim.Ablation{NoLPT: noLPT, NoAdaptive: noAdaptive, BatchSize: k}
 			if perPreset {
 				for _, x := range ws {
-					arms = append(arms, sim.Arm{Policy: pc, Preset: x.name, Weights: x.w, Ablation: abl})
+					arms = append(arms, sim.Arm{Policy: pc, Preset: x.name, Weights: x.w, Ablation: abl, Autopilot: x.ap})
 				}
 				continue
 			}

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/routebalance/routebalance/routing"
@@ -50,7 +52,7 @@ func (t Targets) Validate() error {
 
 // Key names the target set (one controller per cluster and key).
 func (t Targets) Key() string {
-	return fmt.Sprintf("e2e=%d,ttft=%d,cost=%g", t.P95E2E.Milliseconds(), t.P95TTFT.Milliseconds(), t.MaxCostUSD)
+	return t.String()
 }
 
 // Window is what was observed over one window of traffic.
@@ -148,6 +150,7 @@ const (
 	ActionFallback = "fallback"       // observed miss: the largest latency-ward step
 	ActionPredict  = "predicted-miss" // predictions say the current weights will miss
 	ActionCost     = "toward-cost"
+	ActionProbe    = "probe" // headroom, flat predictions: the largest feasible step toward quality
 )
 
 // Decision is one control step's outcome.
@@ -232,10 +235,10 @@ func field(w *routing.Weights, name string) *float64 {
 	return &w.Latency
 }
 
-// clean rounds away float dust so the weights sum to 1 exactly enough.
+// clean keeps the weights non-negative and summing to 1 (latency takes
+// the float dust).
 func clean(w routing.Weights) routing.Weights {
-	r := func(x float64) float64 { return math.Max(0, math.Round(x*1e9)/1e9) }
-	w.Quality, w.Cost = r(w.Quality), r(w.Cost)
+	w.Quality, w.Cost = math.Max(0, w.Quality), math.Max(0, w.Cost)
 	w.Latency = math.Max(0, 1-w.Quality-w.Cost)
 	return w
 }
@@ -391,12 +394,165 @@ func Decide(s State, t Targets, windows []Window, preds []Prediction, p Params) 
 			idx, bestQ = i, x.Quality
 		}
 	}
+	action := ActionQuality
 	if idx < 0 {
-		d.Reason = "no feasible candidate improves predicted quality"
+		// 6. Plateau: no candidate is predicted better, but the window
+		// has headroom. Probe: the largest feasible step toward quality
+		// that is predicted no worse (the scores can be flat in w over a
+		// stretch, e.g. while the latency term still dominates every
+		// prompt, so small steps alone would never leave it).
+		bestStep, bestR := 0.0, math.Inf(1)
+		for i, x := range preds {
+			if i == 0 || !feasible(x) || x.Weights.Quality <= cur.Quality || x.Quality < hold.Quality-p.MinGain {
+				continue
+			}
+			st, r := Step(cur, x.Weights), predRatio(x)
+			if st > bestStep+1e-9 || (math.Abs(st-bestStep) <= 1e-9 && r < bestR) {
+				idx, bestStep, bestR = i, st, r
+			}
+		}
+		action = ActionProbe
+	}
+	if idx < 0 {
+		d.Reason = "no feasible candidate toward quality"
 		return next, d
 	}
 	next.Weights = preds[idx].Weights
-	d.Weights, d.Action, d.Chosen = preds[idx].Weights, ActionQuality, idx
+	d.Weights, d.Action, d.Chosen = preds[idx].Weights, action, idx
 	d.Reason = fmt.Sprintf("predicted quality %.4f → %.4f at %.2f× target", hold.Quality, preds[idx].Quality, predRatio(preds[idx]))
 	return next, d
+}
+
+// ParseTargets reads "p95_e2e_ms=3000,p95_ttft_ms=800,max_cost_usd_per_request=0.002"
+// (any subset with at least one latency target; keys once each). The
+// result is validated.
+func ParseTargets(s string) (Targets, error) {
+	var t Targets
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return Targets{}, fmt.Errorf("expected key=value pairs like p95_e2e_ms=3000, got %q", part)
+		}
+		k = strings.ToLower(strings.TrimSpace(k))
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return Targets{}, fmt.Errorf("value of %q is not a finite number", k)
+		}
+		if seen[k] {
+			return Targets{}, fmt.Errorf("target %q given twice", k)
+		}
+		seen[k] = true
+		switch k {
+		case "p95_e2e_ms", "p95_ttft_ms":
+			if !(f > 0) || f > maxTargetMs {
+				return Targets{}, fmt.Errorf("%s must be in (0, %d] ms, got %v", k, maxTargetMs, f)
+			}
+			d := time.Duration(f * float64(time.Millisecond))
+			if k == "p95_e2e_ms" {
+				t.P95E2E = d
+			} else {
+				t.P95TTFT = d
+			}
+		case "max_cost_usd_per_request":
+			if f < 0 {
+				return Targets{}, fmt.Errorf("max_cost_usd_per_request must be >= 0, got %v", f)
+			}
+			t.MaxCostUSD = f
+		default:
+			return Targets{}, fmt.Errorf("unknown target %q (want p95_e2e_ms, p95_ttft_ms, max_cost_usd_per_request)", k)
+		}
+	}
+	return t, t.Validate()
+}
+
+// maxTargetMs bounds a latency target (one day).
+const maxTargetMs = 86_400_000
+
+// String formats t the way ParseTargets reads it.
+func (t Targets) String() string {
+	var parts []string
+	if t.P95E2E > 0 {
+		parts = append(parts, "p95_e2e_ms="+strconv.FormatFloat(float64(t.P95E2E)/1e6, 'g', -1, 64))
+	}
+	if t.P95TTFT > 0 {
+		parts = append(parts, "p95_ttft_ms="+strconv.FormatFloat(float64(t.P95TTFT)/1e6, 'g', -1, 64))
+	}
+	if t.MaxCostUSD > 0 {
+		parts = append(parts, "max_cost_usd_per_request="+strconv.FormatFloat(t.MaxCostUSD, 'g', -1, 64))
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseParams reads constants over the defaults, e.g.
+// "margin=0.1,band=0.3,dwell=1,min_gain=0.001,steps=0.1/0.2,max_step=0.2,min_window=20"
+// (keys once each); the result is validated.
+func ParseParams(s string) (Params, error) {
+	p := DefaultParams()
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, "=")
+		k, v = strings.ToLower(strings.TrimSpace(k)), strings.TrimSpace(v)
+		if !ok {
+			return Params{}, fmt.Errorf("expected key=value pairs like margin=0.1, got %q", part)
+		}
+		if seen[k] {
+			return Params{}, fmt.Errorf("constant %q given twice", k)
+		}
+		seen[k] = true
+		num := func(dst *float64) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				return fmt.Errorf("value of %q is not a finite number", k)
+			}
+			*dst = f
+			return nil
+		}
+		integer := func(dst *int) error {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("value of %q is not an integer", k)
+			}
+			*dst = n
+			return nil
+		}
+		var err error
+		switch k {
+		case "margin":
+			err = num(&p.Margin)
+		case "band":
+			err = num(&p.Band)
+		case "min_gain":
+			err = num(&p.MinGain)
+		case "max_step":
+			err = num(&p.MaxStep)
+		case "dwell":
+			err = integer(&p.Dwell)
+		case "min_window":
+			err = integer(&p.MinWindow)
+		case "steps":
+			p.Steps = nil
+			for _, x := range strings.Split(v, "/") {
+				f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
+				if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+					return Params{}, fmt.Errorf("steps: want numbers separated by /, got %q", v)
+				}
+				p.Steps = append(p.Steps, f)
+			}
+		default:
+			return Params{}, fmt.Errorf("unknown constant %q (want margin, band, dwell, min_gain, steps, max_step, min_window)", k)
+		}
+		if err != nil {
+			return Params{}, err
+		}
+	}
+	return p, p.Validate()
 }

@@ -116,9 +116,16 @@ func TestDecide(t *testing.T) {
 			want: routing.Weights{Quality: 0.45, Cost: 0.3, Latency: 0.25}, sinceBack: -1, wantChosen: true},
 		{name: "dwell after a fallback holds", s: recent, targets: target3s,
 			windows: []Window{win(100, time.Second)}, preds: good, action: ActionHold, want: balanced, sinceBack: 1},
-		{name: "no gain over holding holds", s: settled, targets: target3s,
+		{name: "flat predictions with headroom probe the largest feasible step", s: settled, targets: target3s,
 			windows: []Window{win(100, time.Second)}, preds: predict(cands, linearP95(time.Second), func(routing.Weights) float64 { return 0.6 }),
+			// 0.2 from latency or from cost: the same p95 (it depends on w_q only); latency comes first
+			action: ActionProbe, want: routing.Weights{Quality: 0.6, Cost: 0.3, Latency: 0.1}, sinceBack: -1, wantChosen: true},
+		{name: "flat predictions never probe into a predicted loss", s: settled, targets: target3s,
+			windows: []Window{win(100, time.Second)}, preds: predict(cands, linearP95(time.Second), func(w routing.Weights) float64 { return 0.6 - w.Quality }),
 			action: ActionHold, want: balanced, sinceBack: -1},
+		{name: "flat predictions respect the margin when probing", s: settled, targets: target3s,
+			windows: []Window{win(100, time.Second)}, preds: predict(cands, linearP95(1300*time.Millisecond), func(routing.Weights) float64 { return 0.6 }),
+			action: ActionProbe, want: routing.Weights{Quality: 0.45, Cost: 0.3, Latency: 0.25}, sinceBack: -1, wantChosen: true},
 		{name: "current weights predicted to miss: best feasible latency-ward", s: settled, targets: target3s,
 			windows: []Window{win(100, time.Second)},
 			preds: predict(cands, func(w routing.Weights) time.Duration {

@@ -47,6 +47,14 @@ type Cell struct {
 	Tiers map[string]TierE2E `json:"tiers,omitempty"`
 	// WallS is how long the cell took to simulate.
 	WallS float64 `json:"wall_s"`
+	// RateProfile is the piecewise-constant λ of a profile run (Rate is
+	// then its time average); Windows its 10 s windows judged against the
+	// --slo targets and Attainment the share of them that met them.
+	RateProfile string   `json:"rate_profile,omitempty"`
+	Windows     []Window `json:"windows,omitempty"`
+	Attainment  *float64 `json:"attainment,omitempty"`
+	// Autopilot is the controller's trace (preset autopilot).
+	Autopilot *AutopilotTrace `json:"autopilot,omitempty"`
 }
 
 // TierE2E is the predicted vs observed E2E of the requests one tier

@@ -121,3 +121,37 @@ func WriteCSV(w io.Writer, cells []Cell) error {
 	cw.Flush()
 	return cw.Error()
 }
+
+// WriteWindows prints, per cell of a rate-profile run, the share of its
+// windows that met the targets, its quality, and for the autopilot the
+// largest weight step and the sign changes of the quality weight.
+func WriteWindows(w io.Writer, cells []Cell) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tpreset\tattainment\twindows_met\tquality\tmean_e2e_s\tp95_e2e_s\tworst_window_p95_s\tmax_step\tsign_changes\t")
+	for _, c := range cells {
+		if c.Attainment == nil {
+			continue
+		}
+		met, n, worst := 0, 0, 0.0
+		for _, x := range c.Windows {
+			if x.N == 0 {
+				continue
+			}
+			n++
+			if x.TargetMet {
+				met++
+			}
+			if x.P95E2E < 0 || worst < 0 {
+				worst = -1
+			} else if x.P95E2E > worst {
+				worst = x.P95E2E
+			}
+		}
+		step, signs := "-", "-"
+		if c.Autopilot != nil {
+			step, signs = strconv.FormatFloat(c.Autopilot.MaxStep, 'f', 3, 64), strconv.Itoa(c.Autopilot.SignChanges)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%d/%d\t%.4f\t%.3f\t%.3f\t%.3f\t%s\t%s\t\n", c.Policy, dash(c.Preset), *c.Attainment, met, n, c.Quality, c.MeanE2E, c.P95E2E, worst, step, signs)
+	}
+	return tw.Flush()
+}

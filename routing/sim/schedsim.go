@@ -22,6 +22,10 @@ type CoreRouter struct {
 	members []*fleet.Member
 	out     []*Job // jobs notified during the current call
 	labels  *oracleLabels
+	// cfg and deps are what the Core was built with (the autopilot's
+	// replays reuse them read-only).
+	cfg  schedule.Config
+	deps schedule.Deps
 }
 
 var _ Router = (*CoreRouter)(nil)
@@ -48,7 +52,7 @@ func NewCoreRouter(cfg schedule.Config, deps schedule.Deps, w *World, arm Arm) (
 	if err != nil {
 		return nil, err
 	}
-	r.core = core
+	r.core, r.cfg, r.deps = core, cfg, deps
 	for i, in := range cl.Instances {
 		r.index[in.ID] = i
 		r.members = append(r.members, core.Fleet().Lookup(in.ID))

@@ -44,6 +44,8 @@ type Job struct {
 	submitted time.Time
 	first     time.Time
 	ticket    engine.Ticket
+	tokens    int  // output tokens streamed so far
+	done      bool // completed or failed
 }
 
 // Router is the scheduler as the event loop drives it: synchronously, one
@@ -94,6 +96,92 @@ type Config struct {
 	// PredictedQuality) instead of the data's label; for workloads without
 	// labels (the what-if preview replays real, unlabelled prompts).
 	EstimatedQuality bool
+	// Profile, when set, replaces Rate and N: arrivals follow the
+	// piecewise-constant rate until the profile ends.
+	Profile workload.Profile
+	// Replay, when set, replaces the sampled workload: its items arrive at
+	// its offsets, after its preloaded requests are on the engines (a
+	// what-if replay from a live state).
+	Replay *Replay
+	// Control, when set, is called every Control.Interval of virtual time
+	// while arrivals remain; the weights it returns go on every request
+	// that arrives from then on.
+	Control *Control
+}
+
+// Replay is an explicit workload: Items[k] arrives at At[k]; Preload holds
+// requests already running on the engines at time 0 (submitted there
+// directly, outside the Router, and not recorded).
+type Replay struct {
+	Items   []workload.Item
+	At      []time.Duration
+	Preload []Preload
+}
+
+// Preload is one request running on engine Instance when a replay starts.
+type Preload struct {
+	Instance     int
+	Prompt       string
+	Task         string
+	PromptTokens int
+	// OutputTokens is what it still has to generate (at least 1).
+	OutputTokens int
+}
+
+// Control is a periodic hook of the event loop (the autopilot).
+type Control struct {
+	// Interval is the virtual time between calls (> 0).
+	Interval time.Duration
+	// Step is called at each multiple of Interval with the run so far and
+	// returns the weights for the requests arriving next. It runs inside
+	// the event loop, so virtual time stands still while it works.
+	Step func(ctx context.Context, v *View) routing.Weights
+}
+
+// View is the run so far as a Control sees it.
+type View struct {
+	// Now is the virtual time since the start of the run.
+	Now  time.Duration
+	jobs []Job
+	l    *loop
+}
+
+// JobView is one arrived request as a Control sees it.
+type JobView struct {
+	Item    *workload.Item
+	Arrival time.Duration
+	Weights routing.Weights
+	// Done is set once it completed or failed; Record is then its record.
+	Done   bool
+	Record *metrics.Record
+	// Running is set while it is on an engine (Instance, Tokens so far,
+	// FirstToken since arrival or 0 before it); otherwise it waits in the
+	// batch or the Router's queues.
+	Running         bool
+	Instance        int
+	Tokens          int
+	FirstToken      time.Duration
+	PromptTokens    int
+	PredictedTokens float64
+}
+
+// Each calls fn for every arrived request in arrival order.
+func (v *View) Each(fn func(*JobView)) {
+	var jv JobView
+	for k := range v.jobs {
+		j := &v.jobs[k]
+		jv = JobView{Item: j.Item, Arrival: j.arrival.Sub(epoch()), Weights: j.Req.Weights, Done: j.done, Instance: j.Instance,
+			PromptTokens: j.Req.PromptTokens, PredictedTokens: j.Decision.PredictedOutputTokens}
+		if j.done {
+			jv.Record = &v.l.res.Records[j.Index]
+		} else if !j.submitted.IsZero() {
+			jv.Running, jv.Tokens, jv.PromptTokens = true, j.tokens, j.ticket.PromptTokens
+			if !j.first.IsZero() {
+				jv.FirstToken = j.first.Sub(j.arrival)
+			}
+		}
+		fn(&jv)
+	}
 }
 
 // DefaultConfig returns λ = 10, 3,000 Poisson arrivals, measured decision
@@ -105,12 +193,20 @@ func DefaultConfig() Config {
 // Validate reports a Config that cannot run.
 func (c *Config) Validate() error {
 	switch {
+	case c.Control != nil && c.Control.Interval <= 0:
+		return errors.New("control interval must be > 0")
+	case c.Replay != nil && len(c.Replay.Items) != len(c.Replay.At):
+		return fmt.Errorf("replay has %d items for %d arrival times", len(c.Replay.Items), len(c.Replay.At))
+	case c.Replay != nil || len(c.Profile) > 0:
+		// the explicit workload or the profile set rate and count
 	case !(c.Rate > 0) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("rate must be a positive number, got %v", c.Rate)
-	case c.Burstiness <= 0:
-		return fmt.Errorf("burstiness must be > 0, got %v", c.Burstiness)
 	case c.N <= 0:
 		return fmt.Errorf("n must be > 0, got %d", c.N)
+	}
+	switch {
+	case c.Burstiness <= 0:
+		return fmt.Errorf("burstiness must be > 0, got %v", c.Burstiness)
 	case c.ScrapeInterval < 0:
 		return errors.New("scrape interval must be >= 0")
 	}
@@ -185,6 +281,8 @@ type Result struct {
 	// microseconds; BatchSizes the size of each batch.
 	DecisionUs []float64
 	BatchSizes []int
+	// Weights are the weights each request carried (Records' order).
+	Weights []routing.Weights
 	// VirtualEnd is the virtual time of the last completion.
 	VirtualEnd time.Duration
 	// Wall is the wall-clock time the run took.
@@ -220,9 +318,24 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if len(items) == 0 {
+	if len(items) == 0 && cfg.Replay == nil {
 		return nil, workload.ErrEmpty
 	}
+	var (
+		sample   []workload.Item
+		arrivals []time.Duration
+	)
+	switch {
+	case cfg.Replay != nil:
+		sample, arrivals = cfg.Replay.Items, cfg.Replay.At
+	case len(cfg.Profile) > 0:
+		arrivals = cfg.Profile.Arrivals(cfg.Burstiness, cfg.Seed)
+		sample = workload.Sample(items, len(arrivals), cfg.Seed)
+	default:
+		sample = workload.Sample(items, cfg.N, cfg.Seed)
+		arrivals = workload.Arrivals(cfg.N, cfg.Rate, cfg.Burstiness, cfg.Seed)
+	}
+	cfg.N = len(arrivals)
 	wall := time.Now()
 	l := &loop{w: w, router: router, res: &Result{Records: make([]metrics.Record, cfg.N)}, estimated: cfg.EstimatedQuality}
 	l.engines = make([]*engine.Engine, len(w.specs))
@@ -235,8 +348,20 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 		l.engines[i] = e
 		l.live[i] = map[string]*Job{}
 	}
-	sample := workload.Sample(items, cfg.N, cfg.Seed)
-	arrivals := workload.Arrivals(cfg.N, cfg.Rate, cfg.Burstiness, cfg.Seed)
+	if cfg.Replay != nil && len(cfg.Replay.Preload) > 0 {
+		for k, p := range cfg.Replay.Preload {
+			if p.Instance < 0 || p.Instance >= len(l.engines) {
+				return nil, fmt.Errorf("preload %d on instance %d of %d", k, p.Instance, len(l.engines))
+			}
+			// The engine may refuse it (too long): it is then not there.
+			_, _ = l.engines[p.Instance].Submit(epoch(), engine.Request{ID: fmt.Sprintf("pre%d", k), Prompt: p.Prompt, Task: p.Task,
+				PromptTokens: p.PromptTokens, OutputTokens: max(p.OutputTokens, 1)})
+		}
+		for i, e := range l.engines {
+			router.Scrape(epoch(), i, e.State())
+		}
+	}
+	l.res.Weights = make([]routing.Weights, cfg.N)
 	jobs := make([]Job, cfg.N)
 
 	var (
@@ -248,7 +373,11 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 		deliveries []delivery // decided jobs, effective when the decision's virtual compute ends
 		nextScrape = epoch()
 		clock      = epoch() // virtual now: never goes back
+		nextCtl    = epoch()
 	)
+	if cfg.Control != nil {
+		nextCtl = epoch().Add(cfg.Control.Interval)
+	}
 	never := epoch().Add(1 << 62)
 
 	// Each turn takes the earliest of: an engine event, a delivery of
@@ -271,6 +400,10 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 		if len(deliveries) > 0 {
 			tDel = deliveries[0].at
 		}
+		tCtl := never
+		if cfg.Control != nil && next < cfg.N {
+			tCtl = maxTime(nextCtl, clock)
+		}
 		tArr := never
 		if next < cfg.N {
 			tArr = epoch().Add(arrivals[next])
@@ -283,7 +416,7 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 		if cfg.ScrapeInterval > 0 && l.liveCount > 0 {
 			tScrape = maxTime(nextScrape, clock)
 		}
-		now := minTime(tEng, tDel, tArr, tSched, tScrape)
+		now := minTime(tEng, tDel, tCtl, tArr, tSched, tScrape)
 		if now.Equal(never) {
 			return nil, fmt.Errorf("simulation stalled with %d of %d requests unfinished (the router holds them)", cfg.N-l.finished, cfg.N)
 		}
@@ -303,10 +436,14 @@ func Run(ctx context.Context, cfg Config, w *World, items []workload.Item, weigh
 			d := deliveries[0]
 			deliveries = deliveries[1:]
 			l.admit(now, d.jobs)
+		case now.Equal(tCtl):
+			weights = cfg.Control.Step(ctx, &View{Now: now.Sub(epoch()), jobs: jobs[:next], l: l})
+			nextCtl = now.Add(cfg.Control.Interval)
 		case now.Equal(tArr):
 			j := &jobs[next]
 			j.Index, j.Item, j.arrival, j.Instance = next, &sample[next], now, -1
 			j.Req = request(fmt.Sprintf("r%d", next), j.Item, weights, cfg.MaxTokens, now)
+			l.res.Weights[next] = weights
 			waiting = append(waiting, j)
 			next++
 		case now.Equal(tSched):
@@ -361,6 +498,7 @@ type loop struct {
 
 func (l *loop) finish(j *Job, rec metrics.Record) {
 	l.res.Records[j.Index] = rec
+	j.done = true
 	l.finished++
 }
 
@@ -401,9 +539,10 @@ func (l *loop) event(i int, ev engine.Event) {
 	}
 	switch ev.Kind {
 	case engine.EventFirstToken:
-		j.first = ev.At
+		j.first, j.tokens = ev.At, ev.Tokens
 		l.router.Progress(ev.At, j, ev.Tokens)
 	case engine.EventToken:
+		j.tokens = ev.Tokens
 		l.router.Progress(ev.At, j, ev.Tokens)
 	case engine.EventDone:
 		delete(l.live[i], ev.ID)

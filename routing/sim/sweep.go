@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/autopilot"
 	"github.com/routebalance/routebalance/routing/sim/metrics"
 	"github.com/routebalance/routebalance/routing/sim/workload"
 )
@@ -46,6 +48,16 @@ type Arm struct {
 	Preset   string
 	Weights  routing.Weights
 	Ablation Ablation
+	// Autopilot, when set, lets the controller set the weights (Weights
+	// is then where it starts); it needs a *CoreRouter.
+	Autopilot *AutopilotConfig
+}
+
+// ProfileRun is what Sweep needs for runs with a rate profile: the
+// windows' width and the targets they are judged against.
+type ProfileRun struct {
+	Window  time.Duration
+	Targets autopilot.Targets
 }
 
 // NewRouterFunc builds a fresh Router for one cell of an arm, so no state
@@ -54,8 +66,20 @@ type NewRouterFunc func(arm Arm) (Router, error)
 
 // Sweep runs every arm at every rate. cfg.Rate is replaced by each rate.
 // progress (may be nil) sees each cell as it finishes.
+//
+// With cfg.Profile set, rates are ignored: each arm runs once over the
+// profile (Cell.Rate its mean) and its cell carries the windows of pr.
 func Sweep(ctx context.Context, cfg Config, w *World, items []workload.Item, arms []Arm, rates []float64, newRouter NewRouterFunc, progress func(Cell)) ([]Cell, error) {
+	return SweepProfile(ctx, cfg, ProfileRun{Window: 10 * time.Second}, w, items, arms, rates, newRouter, progress)
+}
+
+// SweepProfile is Sweep with the windows' width and targets of profile
+// runs.
+func SweepProfile(ctx context.Context, cfg Config, pr ProfileRun, w *World, items []workload.Item, arms []Arm, rates []float64, newRouter NewRouterFunc, progress func(Cell)) ([]Cell, error) {
 	var cells []Cell
+	if len(cfg.Profile) > 0 {
+		rates = []float64{cfg.Profile.Mean()}
+	}
 	for _, arm := range arms {
 		for _, rate := range rates {
 			r, err := newRouter(arm)
@@ -64,6 +88,20 @@ func Sweep(ctx context.Context, cfg Config, w *World, items []workload.Item, arm
 			}
 			c := cfg
 			c.Rate = rate
+			var drv *driver
+			if arm.Autopilot != nil {
+				cr, ok := r.(*CoreRouter)
+				if !ok {
+					return cells, fmt.Errorf("%s: the autopilot needs the single scheduler (no --replicas)", arm.Policy.Name)
+				}
+				ac := arm.Autopilot.WithDefaults()
+				if err := ac.Validate(); err != nil {
+					return cells, err
+				}
+				drv = newDriver(ac, cr, w, arm)
+				c.Control = drv.control()
+				arm.Weights = ac.Start
+			}
 			res, err := Run(ctx, c, w, items, arm.Weights, r)
 			if closer, ok := r.(interface{ Close() }); ok {
 				closer.Close()
@@ -74,6 +112,16 @@ func Sweep(ctx context.Context, cfg Config, w *World, items []workload.Item, arm
 			cell := Summarize(res, cfg.Goodput)
 			cell.Policy, cell.Preset, cell.Weights = arm.Policy.Name, arm.Preset, arm.Weights.String()
 			cell.Rate, cell.Variant = rate, arm.Ablation.String()
+			if len(cfg.Profile) > 0 {
+				cell.RateProfile = cfg.Profile.String()
+				cell.Windows = Windows(res, cfg.Profile, pr.Window, pr.Targets)
+				a := Attainment(cell.Windows)
+				cell.Attainment = &a
+			}
+			if drv != nil {
+				tr := drv.trace
+				cell.Autopilot = &tr
+			}
 			cells = append(cells, cell)
 			if progress != nil {
 				progress(cell)

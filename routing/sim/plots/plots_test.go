@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/sim"
 )
 
@@ -34,5 +35,28 @@ func TestWriteMakesEveryFigure(t *testing.T) {
 				t.Errorf("%s%s is empty", n, ext)
 			}
 		}
+	}
+}
+
+func TestTimelineDrawsAnAutopilotCell(t *testing.T) {
+	w := func(ts, rate, p95, wq float64) sim.Window {
+		return sim.Window{TStart: ts, Rate: rate, N: 10, P95E2E: p95, TargetMet: p95 <= 3, Weights: routing.Weights{Quality: wq, Cost: 0.1, Latency: 0.9 - wq}}
+	}
+	ap := sim.Cell{Policy: "routebalance", Preset: "autopilot", RateProfile: "2:20s,8:10s", Windows: []sim.Window{w(0, 2, 1, 0.3), w(10, 2, 2, 0.5), w(20, 8, 4, 0.3)},
+		Autopilot: &sim.AutopilotTrace{TargetP95E2EMs: 3000, Steps: []sim.AutopilotStep{
+			{T: 5, Weights: routing.Weights{Quality: 0.5, Cost: 0.1, Latency: 0.4}}, {T: 25, Weights: routing.Weights{Quality: 0.3, Cost: 0.1, Latency: 0.6}}}}}
+	fixed := sim.Cell{Policy: "routebalance", Preset: "quality", RateProfile: "2:20s,8:10s", Windows: []sim.Window{w(0, 2, 2, 0.8), w(10, 2, 3, 0.8), w(20, 8, -1, 0.8)}}
+	dir := t.TempDir()
+	if err := Timeline(dir, "tl", ap, []sim.Cell{ap, fixed}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ext := range []string{".png", ".svg"} {
+		st, err := os.Stat(filepath.Join(dir, "tl"+ext))
+		if err != nil || st.Size() < 1000 {
+			t.Errorf("tl%s: %v (%v)", ext, err, st)
+		}
+	}
+	if err := Timeline(dir, "x", fixed, nil); err == nil {
+		t.Error("a cell without an autopilot trace drew a timeline")
 	}
 }
