@@ -86,17 +86,17 @@ func TestDecisionHeaders(t *testing.T) {
 	defer s.app.ReleaseCtx(c)
 	a := &routing.Assignment{Decision: routing.Decision{Instance: routing.Instance{ID: "i-1", Model: "m-1"}, Policy: "routebalance",
 		DecisionTime: 1234 * time.Microsecond, BatchSize: 3, PredictedQuality: 0.61234, PredictedE2E: 1500 * time.Millisecond,
-		PredictedCostUSD: 0.000123456789, QueueWait: 2500 * time.Microsecond}}
+		PredictedCostUSD: 0.000123456789, QueueWait: 2500 * time.Microsecond, QualitySource: routing.SourceCluster}}
 	c.Set(hdrRelaxed, "stale")
 	setDecisionHeaders(c, a)
 	got := map[string]string{}
 	for _, k := range []string{hdrInstance, hdrModel, hdrPolicyOut, hdrDecisionUs, hdrBatchSize, hdrPredictedQuality,
-		hdrPredictedE2EMs, hdrPredictedCostUSD, hdrQueueWaitMs, hdrRelaxed} {
+		hdrPredictedE2EMs, hdrPredictedCostUSD, hdrQueueWaitMs, hdrRelaxed, hdrQualitySource} {
 		got[k] = string(c.Response().Header.Peek(k))
 	}
 	want := map[string]string{hdrInstance: "i-1", hdrModel: "m-1", hdrPolicyOut: "routebalance", hdrDecisionUs: "1234",
 		hdrBatchSize: "3", hdrPredictedQuality: "0.6123", hdrPredictedE2EMs: "1500.0", hdrPredictedCostUSD: "0.000123457",
-		hdrQueueWaitMs: "2.5", hdrRelaxed: ""}
+		hdrQueueWaitMs: "2.5", hdrRelaxed: "", hdrQualitySource: "cluster"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("headers (-want +got):\n%s", d)
 	}

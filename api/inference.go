@@ -46,6 +46,13 @@ type QualityObserver interface {
 	ObserveQuality(prompt, model string, q float64)
 }
 
+// ClusterQualityObserver is optional on a QualityObserver: it learns the
+// score for the cluster that served the request (its own quality data)
+// and is preferred over ObserveQuality. (*quality.Store) implements it.
+type ClusterQualityObserver interface {
+	ObserveClusterQuality(clusterID, prompt, model string, q float64)
+}
+
 // InferenceConfig holds the OpenAI-compatible API's settings; zero fields
 // take the defaults of DefaultInferenceConfig.
 type InferenceConfig struct {

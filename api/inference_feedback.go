@@ -16,9 +16,10 @@ import (
 
 // servedRequest is what feedback needs to know about a recent request.
 type servedRequest struct {
-	tenantID string
-	model    string
-	prompt   string
+	tenantID  string
+	clusterID string
+	model     string
+	prompt    string
 }
 
 // recentRequests remembers the last n requests that reached an instance,
@@ -68,14 +69,19 @@ func (h *inference) remember(x *exchange, a *routing.Assignment) {
 	if h.recent == nil || x.body.prompt == "" {
 		return
 	}
-	h.recent.add(x.id, servedRequest{tenantID: x.p.Tenant.ID, model: a.Instance.Model, prompt: x.body.prompt})
+	clusterID := ""
+	if x.cluster != nil {
+		clusterID = x.cluster.ID
+	}
+	h.recent.add(x.id, servedRequest{tenantID: x.p.Tenant.ID, clusterID: clusterID, model: a.Instance.Model, prompt: x.body.prompt})
 }
 
 // feedback serves POST /v1/feedback {"request_id": "...", "score": 0..1}:
 // a client's quality score for a request it made recently (the last
 // InferenceConfig.FeedbackWindow requests of the server). The score is
 // handed to the QualityObserver with the request's prompt and the model
-// that answered. Without an observer the server answers 501; a request id
+// that answered — for the cluster that served it when the observer keeps
+// per-cluster data (ClusterQualityObserver). Without an observer the server answers 501; a request id
 // that is unknown, too old or another tenant's is 404.
 func (h *inference) feedback(c *fiber.Ctx) error {
 	p, err := h.authenticate(c.UserContext(), c)
@@ -108,6 +114,10 @@ func (h *inference) feedback(c *fiber.Ctx) error {
 		return sendError(c, http.StatusNotFound, typeInvalidRequest, "request_not_found", "request_id",
 			"no recent request with this id (feedback is accepted for recent requests of your tenant only)")
 	}
-	h.deps.Quality.ObserveQuality(s.prompt, s.model, *in.Score)
+	if co, ok := h.deps.Quality.(ClusterQualityObserver); ok && s.clusterID != "" {
+		co.ObserveClusterQuality(s.clusterID, s.prompt, s.model, *in.Score)
+	} else {
+		h.deps.Quality.ObserveQuality(s.prompt, s.model, *in.Score)
+	}
 	return c.JSON(fiber.Map{"object": "feedback", "request_id": *in.RequestID, "model": s.model, "score": *in.Score})
 }

@@ -36,6 +36,7 @@ const (
 	hdrDecisionUs        = "X-RouteBalance-Decision-Us"
 	hdrBatchSize         = "X-RouteBalance-Batch-Size"
 	hdrPredictedQuality  = "X-RouteBalance-Predicted-Quality"
+	hdrQualitySource     = "X-RouteBalance-Quality-Source"
 	hdrPredictedE2EMs    = "X-RouteBalance-Predicted-E2E-Ms"
 	hdrPredictedCostUSD  = "X-RouteBalance-Predicted-Cost-Usd"
 	hdrRelaxed           = "X-RouteBalance-Relaxed"
@@ -449,6 +450,7 @@ func setDecisionHeaders(c *fiber.Ctx, a *routing.Assignment) {
 	h.SetBytesV(hdrDecisionUs, strconv.AppendInt(buf[:0], a.DecisionTime.Microseconds(), 10))
 	h.SetBytesV(hdrBatchSize, strconv.AppendInt(buf[:0], int64(a.BatchSize), 10))
 	h.SetBytesV(hdrPredictedQuality, strconv.AppendFloat(buf[:0], a.PredictedQuality, 'f', 4, 64))
+	h.Set(hdrQualitySource, a.QualitySource.String()) // prior, index (operator-wide) or cluster (its own data)
 	h.SetBytesV(hdrPredictedE2EMs, strconv.AppendFloat(buf[:0], float64(a.PredictedE2E)/float64(time.Millisecond), 'f', 1, 64))
 	h.SetBytesV(hdrPredictedCostUSD, strconv.AppendFloat(buf[:0], a.PredictedCostUSD, 'g', 6, 64))
 	h.SetBytesV(hdrQueueWaitMs, strconv.AppendFloat(buf[:0], float64(a.QueueWait)/float64(time.Millisecond), 'f', 1, 64))

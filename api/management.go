@@ -34,6 +34,9 @@ import (
 //	DELETE /clusters/{id}                  → 204
 //	GET    /clusters/{id}/state            → live scheduler view
 //	POST   /clusters/{id}/whatif           {weights,baseline_weights?,policy?,max_requests?} → predicted (and baseline) quality, latency, cost (whatif.go)
+//	POST   /clusters/{id}/quality-data     JSON lines of labelled prompts → 202 (quality_data.go)
+//	GET    /clusters/{id}/quality-data     → build status, labels per model, validation AUC
+//	DELETE /clusters/{id}/quality-data     → 204
 //	POST   /clusters/{id}/instances        {base_url,model,…,api_key?} → 201 instance
 //	GET    /clusters/{id}/instances        → list
 //	POST   /clusters/{id}/instances/test-connection {base_url,api_key?} → report
@@ -65,6 +68,9 @@ func (s *Server) mountManagement(r fiber.Router) {
 	a.Delete("/clusters/:id", s.deleteCluster)
 	a.Get("/clusters/:id/state", s.clusterState)
 	a.Post("/clusters/:id/whatif", s.whatif)
+	a.Post("/clusters/:id/quality-data", s.uploadQualityData)
+	a.Get("/clusters/:id/quality-data", s.qualityData)
+	a.Delete("/clusters/:id/quality-data", s.deleteQualityData)
 
 	a.Post("/clusters/:id/instances/test-connection", s.testConnection)
 	a.Post("/clusters/:id/instances", s.createInstance)
@@ -343,6 +349,11 @@ func (s *Server) updateCluster(c *fiber.Ctx) error {
 func (s *Server) deleteCluster(c *fiber.Ctx) error {
 	if err := s.deps.Tenants.DeleteCluster(c.UserContext(), tenantOf(c), c.Params("id")); err != nil {
 		return err
+	}
+	if s.deps.QualityData != nil {
+		// The stored upload goes with the cluster (ON DELETE CASCADE);
+		// this drops the in-memory index.
+		_ = s.deps.QualityData.Delete(c.UserContext(), c.Params("id"))
 	}
 	return c.SendStatus(http.StatusNoContent)
 }

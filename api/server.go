@@ -99,6 +99,9 @@ type Deps struct {
 	// State backs GET /api/v1/clusters/{id}/state; nil means no scheduler
 	// is wired and the endpoint reports the registered instances only.
 	State ClusterState
+	// QualityData serves /api/v1/clusters/{id}/quality-data; nil answers
+	// 501 there.
+	QualityData QualityData
 	// Inference holds the OpenAI-compatible API's collaborators
 	// (api/inference.go).
 	Inference InferenceDeps

@@ -30,6 +30,8 @@ import (
 	"github.com/routebalance/routebalance/routing/latency"
 	"github.com/routebalance/routebalance/routing/owner"
 	"github.com/routebalance/routebalance/routing/proxy"
+	"github.com/routebalance/routebalance/routing/quality"
+	qualitysql "github.com/routebalance/routebalance/routing/quality/sqlstore"
 	"github.com/routebalance/routebalance/routing/respcache"
 	"github.com/routebalance/routebalance/routing/schedule"
 	"github.com/routebalance/routebalance/routing/sim"
@@ -237,6 +239,30 @@ func (d *database) tenantStore() *sqlstore.Store {
 	return sqlstore.NewSQLite(d.sqlite)
 }
 
+// qualityStore keeps clusters' uploaded quality data in the database.
+func (d *database) qualityStore() *qualitysql.Store {
+	if d.pool != nil {
+		return qualitysql.NewPostgres(d.pool)
+	}
+	return qualitysql.NewSQLite(d.sqlite)
+}
+
+// qualityBinder gives the scheduler each cluster's estimator
+// (schedule.ClusterBinder); a core without a binding would get the
+// operator-wide estimate.
+type qualityBinder struct {
+	*quality.ClusterEstimator // of no cluster: the operator-wide estimate
+	store                     *quality.Store
+}
+
+func newQualityBinder(s *quality.Store) qualityBinder {
+	return qualityBinder{ClusterEstimator: s.ForCluster(""), store: s}
+}
+
+func (b qualityBinder) ForCluster(clusterID string) schedule.Estimator {
+	return b.store.ForCluster(clusterID)
+}
+
 func (d *database) close() {
 	if d.pool != nil {
 		d.pool.Close()
@@ -415,9 +441,26 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if knn, err = estimate.Open(cfg.indexDir, estimate.Config{}); err != nil {
 			return fmt.Errorf("--index-dir: %w", err)
 		}
-		sdeps.Estimator = knn
 		log.Info("quality index loaded", slog.String("dir", cfg.indexDir), slog.Int("prompts", knn.Len()), slog.Any("models", knn.Models()))
 	}
+	// Each cluster's own quality data (uploads, feedback) in front of the
+	// operator-wide index, persisted in the database.
+	qdeps := quality.Deps{Log: log, Persist: db.qualityStore()}
+	if knn != nil {
+		qdeps.Global = knn
+	}
+	qstore, err := quality.New(quality.Config{}, qdeps)
+	if err != nil {
+		return err
+	}
+	if n, err := qstore.Restore(ctx); err != nil {
+		return err
+	} else if n > 0 {
+		log.Info("cluster quality data restored, indexing", slog.Int("clusters", n))
+	}
+	workers.Go(func() error { return qstore.Run(bg) })
+	sdeps.Estimator = newQualityBinder(qstore)
+	deps.QualityData = qstore
 	router, err := schedule.NewRouter(scfg, sdeps)
 	if err != nil {
 		return fmt.Errorf("scheduler: %w", err)
@@ -514,9 +557,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cache != nil {
 		deps.Inference.Cache = cache
 	}
-	if knn != nil {
-		deps.Inference.Quality = knn // POST /v1/feedback teaches the index
-	}
+	deps.Inference.Quality = qstore // POST /v1/feedback teaches the cluster's own index
 	// The what-if preview replays the ledger's traffic through a fresh
 	// Core with the same estimators, read-only (routing/sim.Previewer).
 	sample, err := demoSample()

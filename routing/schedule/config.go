@@ -207,6 +207,17 @@ type Estimator interface {
 	Estimate(ctx context.Context, prompts []string, models []string, priors []float64, out []routing.PromptEstimate) error
 }
 
+// ClusterBinder is optional on an Estimator: ForCluster returns the
+// estimator of one cluster's requests (its own quality knowledge in front
+// of the shared one). NewCore binds once per cluster and uses the result
+// for the core's life, so the bound estimator must see later changes of
+// the cluster's knowledge itself. The result may implement the observer
+// interfaces below; the binder's own Estimate is not called by a bound
+// core. (*quality.Store), adapted in cmd, provides it.
+type ClusterBinder interface {
+	ForCluster(clusterID string) Estimator
+}
+
 // LatencyModel predicts the time per output token and the time to first
 // token, in seconds, of an instance of a tier (routing.Instance.Tier) at a
 // load. Called for every candidate of every batch; must be safe for

@@ -91,6 +91,9 @@ func NewCore(cfg Config, deps Deps, c *routing.Cluster) (*Core, error) {
 		return nil, err
 	}
 	deps = deps.withDefaults(cfg)
+	if b, ok := deps.Estimator.(ClusterBinder); ok {
+		deps.Estimator = b.ForCluster(c.ID)
+	}
 	core := &Core{
 		cfg:     cfg,
 		deps:    deps,

@@ -1,0 +1,11 @@
+-- A cluster's uploaded quality data (POST /api/v1/clusters/{id}/quality-data):
+-- the valid records as gzip-compressed JSON lines, rebuilt into the cluster's
+-- index at start-up. One row per cluster; it goes with the cluster.
+CREATE TABLE quality_data (
+    cluster_id  TEXT PRIMARY KEY REFERENCES clusters (id) ON DELETE CASCADE,
+    tenant_id   TEXT NOT NULL,
+    uploaded_ms INTEGER NOT NULL,
+    records     INTEGER NOT NULL,
+    meta        TEXT NOT NULL,
+    data        BLOB NOT NULL
+);

@@ -1,0 +1,129 @@
+package sqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/routebalance/routebalance/internal/testwait"
+	"github.com/routebalance/routebalance/migrations/dbtest"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/quality"
+	"github.com/routebalance/routebalance/routing/quality/sqlstore"
+)
+
+func open(t *testing.T, e dbtest.Engine) (*sqlstore.Store, *sql.DB) {
+	t.Helper()
+	if e.Pool != nil {
+		s := sqlstore.NewPostgres(e.Pool)
+		t.Cleanup(func() { s.Close() })
+		db := stdlib.OpenDBFromPool(e.Pool)
+		t.Cleanup(func() { db.Close() })
+		return s, db
+	}
+	return sqlstore.NewSQLite(e.SQLite), e.SQLite
+}
+
+func exec(t *testing.T, db *sql.DB, pg bool, q string, args ...any) {
+	t.Helper()
+	if pg {
+		for i := 1; strings.Contains(q, "?"); i++ {
+			q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
+		}
+	}
+	if _, err := db.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func start(t *testing.T, p quality.Persister) *quality.Store {
+	t.Helper()
+	s, err := quality.New(quality.Config{}, quality.Deps{Persist: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+func upload(n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		if i%2 == 0 {
+			fmt.Fprintf(&b, `{"id":"r%d","prompt":"solve %d x + 1 = %d for x","scores":{"big":1,"small":0}}`+"\n", i, i, 3*i)
+		} else {
+			fmt.Fprintf(&b, `{"id":"r%d","prompt":"a poem about the sea number %d","scores":{"big":1,"small":1},"output_tokens":{"small":80}}`+"\n", i, i)
+		}
+	}
+	return b.String()
+}
+
+func ready(t *testing.T, s *quality.Store, id string) quality.Status {
+	t.Helper()
+	testwait.Until(t, "index of "+id+" built", func() bool { return s.Status(id).State == quality.StateReady })
+	return s.Status(id)
+}
+
+// TestUploadSurvivesRestart uploads through one Store, starts another on
+// the same database and checks it rebuilds the same index, that DELETE
+// removes the row, and that deleting the cluster drops its data.
+func TestUploadSurvivesRestart(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, e dbtest.Engine) {
+		p, db := open(t, e)
+		pg := e.Pool != nil
+		exec(t, db, pg, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, '2026-01-01T00:00:00Z')`, "t1", "acme")
+		for _, c := range []string{"c1", "c2"} {
+			exec(t, db, pg, `INSERT INTO clusters (id, tenant_id, name, policy, created_at, updated_at) VALUES (?, 't1', ?, '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`, c, c)
+		}
+		ctx := context.Background()
+		first := start(t, p)
+		for _, c := range []string{"c1", "c2"} {
+			if _, err := first.Upload(ctx, "t1", c, []string{"big", "small"}, strings.NewReader(upload(300))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := ready(t, first, "c1")
+		prompt := []string{"a poem about the sea number 9999"}
+		est := func(s *quality.Store) routing.PromptEstimate {
+			out := make([]routing.PromptEstimate, 1)
+			if err := s.ForCluster("c1").Estimate(ctx, prompt, []string{"big", "small"}, []float64{0.5, 0.5}, out); err != nil {
+				t.Fatal(err)
+			}
+			return out[0]
+		}
+		wantEst := est(first)
+
+		second := start(t, p)
+		if n, err := second.Restore(ctx); err != nil || n != 2 {
+			t.Fatalf("restore: %d, %v; want 2 uploads", n, err)
+		}
+		got := ready(t, second, "c1")
+		opts := cmp.FilterPath(func(p cmp.Path) bool {
+			s := p.String()
+			return s == "BuiltAt" || s == "BuildSeconds"
+		}, cmp.Ignore())
+		if d := cmp.Diff(want, got, opts); d != "" {
+			t.Errorf("status after restart (-before +after):\n%s", d)
+		}
+		if gotEst := est(second); cmp.Diff(wantEst.Quality, gotEst.Quality) != "" || gotEst.Source[1] != routing.SourceCluster {
+			t.Errorf("estimate after restart %v %v, before %v", gotEst.Quality, gotEst.Source, wantEst.Quality)
+		}
+
+		if err := second.Delete(ctx, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		exec(t, db, pg, `DELETE FROM clusters WHERE id = 'c2'`)
+		all, err := p.All(ctx)
+		if err != nil || len(all) != 0 {
+			t.Errorf("after deleting c1's data and cluster c2: %d rows, %v; want none", len(all), err)
+		}
+	})
+}
