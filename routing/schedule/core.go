@@ -726,15 +726,26 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 
 // normalise sets the normalised terms of the score over the candidates c
 // of one request: CostNorm and LatencyNorm by the maxima (Ĉ/maxĈ,
-// T̂/maxT̂), and the score terms QualityTerm, CostTerm, LatencyTerm in
-// [0,1] (higher is better) by mode — "range": (x − worst)/(best − worst)
-// per objective, 1 for all when every candidate is equal; "paper": Q̂,
-// 1 − Ĉ/maxĈ, 1 − T̂/maxT̂. An exploring candidate's latency is not trusted
-// yet: it gets the best latency term (LatencyNorm 0).
+// T̂/maxT̂), and the score terms QualityTerm, CostTerm, LatencyTerm
+// (higher is better) by mode (README "Score"):
+//
+//   - "relative" (default): quality and cost as in "range"; latency
+//     1 − (T̂ − minT̂)/minT̂, the excess over the fastest candidate in units
+//     of the fastest's own T̂ (unbounded below: a saturating instance keeps
+//     losing latency term as its queue grows);
+//   - "range": (x − worst)/(best − worst) per objective, 1 for all when
+//     every candidate is equal;
+//   - "paper": Q̂, 1 − Ĉ/maxĈ, 1 − T̂/maxT̂.
+//
+// An exploring candidate's latency is not trusted yet: it is scored as if
+// its T̂ were 0 (LatencyNorm 0) — the best latency term in "range" and
+// "paper", and in "relative" 1 − (0 − minT̂)/minT̂ = 2 against the fastest
+// trusted candidate (1 when every candidate explores).
 func normalise(c []Candidate, mode string) {
 	minQ, maxQ := math.Inf(1), math.Inf(-1)
 	minC, maxC := math.Inf(1), 0.0
 	minT, maxT := math.Inf(1), 0.0
+	fastest := math.Inf(1) // the fastest trusted (non-exploring) prediction
 	for j := range c {
 		minQ, maxQ = min(minQ, c[j].Quality), max(maxQ, c[j].Quality)
 		minC, maxC = min(minC, c[j].Cost), max(maxC, c[j].Cost)
@@ -742,6 +753,7 @@ func normalise(c []Candidate, mode string) {
 			minT = 0 // scored as the fastest possible
 		} else {
 			minT, maxT = min(minT, c[j].Latency), max(maxT, c[j].Latency)
+			fastest = min(fastest, c[j].Latency)
 		}
 	}
 	rangeTerm := func(x, worst, best float64) float64 {
@@ -766,8 +778,17 @@ func normalise(c []Candidate, mode string) {
 		cd.QualityTerm = rangeTerm(cd.Quality, minQ, maxQ)
 		cd.CostTerm = rangeTerm(cd.Cost, maxC, minC)
 		cd.LatencyTerm = 1
-		if !cd.explore {
-			cd.LatencyTerm = rangeTerm(cd.Latency, maxT, minT)
+		switch {
+		case mode == ScoreRange:
+			if !cd.explore {
+				cd.LatencyTerm = rangeTerm(cd.Latency, maxT, minT)
+			}
+		case fastest > 0 && !math.IsInf(fastest, 0):
+			x := cd.Latency
+			if cd.explore {
+				x = 0
+			}
+			cd.LatencyTerm = 1 - (x-fastest)/fastest
 		}
 	}
 }

@@ -271,7 +271,7 @@ func TestPredictions(t *testing.T) {
 }
 
 // TestWeightsMonotone: raising w_q (the rest split in a fixed ratio) never
-// lowers the predicted quality of the choices.
+// lowers the predicted quality of the choices, in every score mode.
 func TestWeightsMonotone(t *testing.T) {
 	c := &routing.Cluster{ID: "c", Version: 1}
 	models := []struct {
@@ -306,39 +306,41 @@ func TestWeightsMonotone(t *testing.T) {
 		}
 		best += b / 20
 	}
-	prev := -1.0
-	for step := 0; step <= 10; step++ {
-		wq := float64(step) / 10
-		w := routing.Weights{Quality: wq, Cost: (1 - wq) * 0.4, Latency: (1 - wq) * 0.6}
-		core := newCore(t, Config{}, Deps{Estimator: est, Latency: lat}, c)
-		// Every instance has served enough to be trusted: no exploration
-		// bonus, so the choice depends on the weights alone.
-		for _, m := range core.Fleet().Members() {
-			for range 3 {
-				core.Fleet().Release(t0, core.Fleet().Admit(t0, m, fleet.LeaseSpec{Tokens: 1}), routing.Outcome{})
+	for _, mode := range []string{ScoreRelative, ScoreRange, ScorePaper} {
+		prev := -1.0
+		for step := 0; step <= 10; step++ {
+			wq := float64(step) / 10
+			w := routing.Weights{Quality: wq, Cost: (1 - wq) * 0.4, Latency: (1 - wq) * 0.6}
+			core := newCore(t, Config{Score: mode}, Deps{Estimator: est, Latency: lat}, c)
+			// Every instance has served enough to be trusted: no exploration
+			// bonus, so the choice depends on the weights alone.
+			for _, m := range core.Fleet().Members() {
+				for range 3 {
+					core.Fleet().Release(t0, core.Fleet().Admit(t0, m, fleet.LeaseSpec{Tokens: 1}), routing.Outcome{})
+				}
 			}
+			var reqs []*routing.Request
+			for p := range 20 {
+				reqs = append(reqs, &routing.Request{ID: fmt.Sprint(p), Prompt: fmt.Sprint("p", p), PromptTokens: 200, Weights: w})
+			}
+			sum := 0.0
+			for _, r := range reqs {
+				// One request per batch on a fresh view: the choice depends
+				// on the weights alone.
+				tk := assign(core, t0, r)[0]
+				sum += tk.Decision.PredictedQuality
+				core.Release(t0, tk, routing.Outcome{})
+			}
+			mean := sum / float64(len(reqs))
+			t.Logf("%s w_q %.1f: mean predicted quality %.4f", mode, wq, mean)
+			if mean < prev-1e-12 {
+				t.Errorf("%s w_q %.1f: mean predicted quality %.4f fell below %.4f", mode, wq, mean, prev)
+			}
+			prev = mean
 		}
-		var reqs []*routing.Request
-		for p := range 20 {
-			reqs = append(reqs, &routing.Request{ID: fmt.Sprint(p), Prompt: fmt.Sprint("p", p), PromptTokens: 200, Weights: w})
+		if prev < best-1e-12 {
+			t.Errorf("%s: w_q = 1 gave mean quality %.4f, want the best models' %.4f", mode, prev, best)
 		}
-		sum := 0.0
-		for _, r := range reqs {
-			// One request per batch on a fresh view: the choice depends
-			// on the weights alone.
-			tk := assign(core, t0, r)[0]
-			sum += tk.Decision.PredictedQuality
-			core.Release(t0, tk, routing.Outcome{})
-		}
-		mean := sum / float64(len(reqs))
-		t.Logf("w_q %.1f: mean predicted quality %.4f", wq, mean)
-		if mean < prev-1e-12 {
-			t.Errorf("w_q %.1f: mean predicted quality %.4f fell below %.4f", wq, mean, prev)
-		}
-		prev = mean
-	}
-	if prev < best-1e-12 {
-		t.Errorf("w_q = 1 gave mean quality %.4f, want the best models' %.4f", prev, best)
 	}
 }
 

@@ -37,7 +37,9 @@ type Candidate struct {
 	// LatencyNorm is Latency / max over candidates.
 	Latency, LatencyNorm float64
 	// QualityTerm, CostTerm and LatencyTerm are the score's normalised
-	// terms in [0,1], higher is better (see Config.Score and Score).
+	// terms, higher is better, 1 for the best candidate (see Config.Score
+	// and Score): in [0,1] except the "relative" latency term, which is
+	// negative for a candidate more than twice as slow as the fastest.
 	QualityTerm, CostTerm, LatencyTerm float64
 	// TTFT, TPOT and Wait are the parts of Latency, in seconds.
 	TTFT, TPOT, Wait float64
@@ -109,9 +111,11 @@ func (r *Registry) New(cfg routing.PolicyConfig) (Policy, error) {
 
 // Score is the fused score of a candidate whose terms are normalised over
 // the request's candidates: S = w_q·QualityTerm + w_c·CostTerm +
-// w_l·LatencyTerm. With Config.Score "range" (default) each term is the
-// candidate's position between the worst (0) and the best (1) candidate
-// on that objective; with "paper" it is DESIGN §3.1's
+// w_l·LatencyTerm. With Config.Score "relative" (default) the quality and
+// cost terms are the candidate's position between the worst (0) and the
+// best (1) candidate and the latency term is 1 − (T̂ − minT̂)/minT̂ (1 for
+// the fastest, 0 at twice its T̂, negative beyond); with "range" all three
+// are positions between worst and best; with "paper" it is DESIGN §3.1's
 // S = w_q·Q̂ + w_c·(1 − Ĉ/maxĈ) + w_l·(1 − T̂/maxT̂). See README "Score".
 func Score(w routing.Weights, c *Candidate) float64 {
 	return w.Quality*c.QualityTerm + w.Cost*c.CostTerm + w.Latency*c.LatencyTerm

@@ -122,10 +122,41 @@ func TestNormaliseRange(t *testing.T) {
 	if d := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-12)); d != "" {
 		t.Errorf("paper terms (-want +got):\n%s", d)
 	}
-	one := []Candidate{{Quality: 0.5, Cost: 1, Latency: 1}}
-	normalise(one, ScoreRange)
-	if one[0].QualityTerm != 1 || one[0].CostTerm != 1 || one[0].LatencyTerm != 1 || math.IsNaN(Score(routing.Weights{Quality: 1}, &one[0])) {
-		t.Errorf("a lone candidate's terms = %+v, want all 1", one[0])
+	// Relative: quality and cost as in range; latency 1 − (T̂ − min)/min
+	// against the fastest trusted prediction (1 s, the second candidate);
+	// the exploring third counts as 0 s: 1 − (0 − 1)/1 = 2.
+	normalise(c, ScoreRelative)
+	got = got[:0]
+	for _, x := range c {
+		got = append(got, terms{x.QualityTerm, x.CostTerm, x.LatencyTerm})
+	}
+	want = []terms{{1, 0, 0}, {0, 1, 1}, {0.5, 2.0 / 3, 2}}
+	if d := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-12)); d != "" {
+		t.Errorf("relative terms (-want +got):\n%s", d)
+	}
+	// Unbounded below: a candidate 5× slower than the fastest gets −3
+	// however slow the others are.
+	sat := []Candidate{{Latency: 1}, {Latency: 5}, {Latency: 2}}
+	normalise(sat, ScoreRelative)
+	if l := []float64{sat[0].LatencyTerm, sat[1].LatencyTerm, sat[2].LatencyTerm}; !cmp.Equal(l, []float64{1, -3, 0}) {
+		t.Errorf("relative latency terms = %v, want [1 -3 0]", l)
+	}
+	allNew := []Candidate{{Latency: 1, explore: true}, {Latency: 3, explore: true}}
+	normalise(allNew, ScoreRelative)
+	if allNew[0].LatencyTerm != 1 || allNew[1].LatencyTerm != 1 {
+		t.Errorf("every candidate exploring: latency terms %v, %v, want 1", allNew[0].LatencyTerm, allNew[1].LatencyTerm)
+	}
+	for _, mode := range []string{ScoreRelative, ScoreRange} {
+		one := []Candidate{{Quality: 0.5, Cost: 1, Latency: 1}}
+		normalise(one, mode)
+		if one[0].QualityTerm != 1 || one[0].CostTerm != 1 || one[0].LatencyTerm != 1 || math.IsNaN(Score(routing.Weights{Quality: 1}, &one[0])) {
+			t.Errorf("%s: a lone candidate's terms = %+v, want all 1", mode, one[0])
+		}
+		zero := []Candidate{{Latency: 0}, {Latency: 0}}
+		normalise(zero, mode)
+		if zero[0].LatencyTerm != 1 || zero[1].LatencyTerm != 1 {
+			t.Errorf("%s: zero latencies give terms %v, %v, want 1", mode, zero[0].LatencyTerm, zero[1].LatencyTerm)
+		}
 	}
 }
 
@@ -134,7 +165,7 @@ func TestNormaliseRange(t *testing.T) {
 // equal load) on any candidate set, in both score modes.
 func TestQualityWeightOneIsQualityOnly(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, mode := range []string{ScoreRange, ScorePaper} {
+	for _, mode := range []string{ScoreRelative, ScoreRange, ScorePaper} {
 		for trial := 0; trial < 500; trial++ {
 			var c []Candidate
 			qs := []float64{rng.Float64(), rng.Float64(), rng.Float64()}
