@@ -64,6 +64,7 @@ func runIndexBuild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	headFolds := fs.Int("head-folds", 0, "learned head: cross-fitting folds of the task probabilities (0 = default, 1 = true task)")
 	headEmb := fs.Bool("head-embedding", false, "learned head: feed the embedding to the quality models too (off: it overfitted on validation)")
 	headInter := fs.Bool("head-interactions", false, "learned head: add a task × feature block (off: it did not help on validation)")
+	headRank := fs.Int("head-rank", 0, "learned head: rank of the within-task weights across models (0 = default 1, negative = independent per model)")
 	if err := fs.Parse(args); err != nil {
 		return usageErr(err)
 	}
@@ -114,7 +115,7 @@ func runIndexBuild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	start := time.Now()
 	knn, err := estimate.Build(ctx, recs, estimate.Config{}, estimate.BuildOptions{
 		Embedder: emb, HNSW: estimate.HNSWConfig{Enabled: *useHNSW}, NoHead: *noHead,
-		Head:     estimate.HeadConfig{L2: *headL2, Epochs: *headEpochs, LearnRate: *headLR, Interactions: *headInter, Embedding: *headEmb, TaskL2: *headTaskL2, Folds: *headFolds},
+		Head:     estimate.HeadConfig{L2: *headL2, Epochs: *headEpochs, LearnRate: *headLR, Interactions: *headInter, Embedding: *headEmb, TaskL2: *headTaskL2, Folds: *headFolds, Rank: *headRank},
 		Progress: func(done, _ int) { bar.set(done) },
 	})
 	bar.finish()

@@ -15,8 +15,8 @@ import (
 // HeadConfig tunes the learned quality head that `index build` trains.
 // The zero value of a field means its default.
 type HeadConfig struct {
-	// L2 is the weight decay of both linear models (default 1e-3,
-	// chosen on validation — see README).
+	// L2 is the weight decay of the quality models (default 3e-4, chosen
+	// on validation — see README).
 	L2 float64 `json:"l2"`
 	// Epochs is the number of passes of Adam over the records (default 30).
 	Epochs int `json:"epochs"`
@@ -24,7 +24,8 @@ type HeadConfig struct {
 	LearnRate float64 `json:"learn_rate"`
 	// Batch is the minibatch size (default 32).
 	Batch int `json:"batch"`
-	// TaskL2 is the weight decay of the task classifier (default 1e-3).
+	// TaskL2 is the weight decay of the task classifier (default 1e-2,
+	// chosen on validation: less confident task probabilities).
 	TaskL2 float64 `json:"task_l2"`
 	// Folds is the number of cross-fitting folds: the quality models train
 	// on task probabilities predicted by a classifier that did not see the
@@ -39,13 +40,22 @@ type HeadConfig struct {
 	// every feature). Off by default: on validation it did not help (mean
 	// AUC 0.762 vs 0.764, argmax 0.647 vs 0.650, see README).
 	Interactions bool `json:"interactions,omitempty"`
+	// Rank constrains the within-task weights of the quality models (the
+	// prompt-feature block, and the embedding block with Embedding) to
+	// this rank across models: W[m] = Σ_r S[m][r]·D[r] over that block,
+	// a few "difficulty" directions D shared by every model, each model
+	// with its own sensitivity S[m]. The per-task intercepts stay free per
+	// model. Independent slopes per model (Rank < 0) let noise reorder
+	// models of close means within a task; rank 1 raised the argmax
+	// quality on validation (default 1, see README).
+	Rank int `json:"rank,omitempty"`
 	// Seed seeds the minibatch order (default 1).
 	Seed uint64 `json:"seed"`
 }
 
 func (c HeadConfig) withDefaults() HeadConfig {
 	if c.L2 == 0 {
-		c.L2 = 1e-3
+		c.L2 = 3e-4
 	}
 	if c.Epochs == 0 {
 		c.Epochs = 30
@@ -60,7 +70,10 @@ func (c HeadConfig) withDefaults() HeadConfig {
 		c.Seed = 1
 	}
 	if c.TaskL2 == 0 {
-		c.TaskL2 = 1e-3
+		c.TaskL2 = 1e-2
+	}
+	if c.Rank == 0 {
+		c.Rank = 1
 	}
 	if c.Folds == 0 {
 		c.Folds = 5
@@ -84,6 +97,8 @@ func (c HeadConfig) Validate() error {
 		return fmt.Errorf("estimate: head task l2 must be in [0, 10], got %g", c.TaskL2)
 	case c.Folds < 1 || c.Folds > 20:
 		return fmt.Errorf("estimate: head folds must be in [1, 20], got %d", c.Folds)
+	case c.Rank > 16:
+		return fmt.Errorf("estimate: head rank must be ≤ 16 (negative: full), got %d", c.Rank)
 	}
 	return nil
 }
@@ -411,7 +426,11 @@ func TrainHead(recs []Record, vecs []float32, dim int, maxBytes int, cfg HeadCon
 	for m := range h.qW {
 		h.qW[m] = flat[m*W : (m+1)*W]
 	}
-	trainLogistic(xs, samples, h.qW, cfg, rng)
+	if cfg.Rank > 0 {
+		trainLowRank(xs, samples, h.qW, h.dim+NumPromptFeatures, cfg, rng)
+	} else {
+		trainLogistic(xs, samples, h.qW, cfg, rng)
+	}
 	return h, nil
 }
 
@@ -509,17 +528,7 @@ func trainSoftmax(xs [][]float32, ys []int, T int, W []float32, cfg HeadConfig, 
 func trainLogistic(xs [][]float32, samples []headSample, W [][]float32, cfg HeadConfig, rng *rand.Rand) {
 	M := len(W)
 	width := len(xs[0])
-	for m := range W {
-		var s, n float64
-		for i := range samples {
-			if samples[i].mask[m] {
-				s += float64(samples[i].labels[m])
-				n++
-			}
-		}
-		mean := min(max(s/max(n, 1), 1e-3), 1-1e-3)
-		W[m][width-1] = float32(math.Log(mean / (1 - mean)))
-	}
+	initBiases(samples, W)
 	flatW := W[0][: M*width : M*width]
 	opt := newAdam(M*width, cfg.LearnRate)
 	g := make([]float32, M*width)
@@ -527,7 +536,7 @@ func trainLogistic(xs [][]float32, samples []headSample, W [][]float32, cfg Head
 	for i := range order {
 		order[i] = i
 	}
-	for ep := 0; ep < cfg.Epochs; ep++ {
+	for ep := 0; ep < qualityEpochs(len(xs), cfg); ep++ {
 		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		for s := 0; s < len(order); s += cfg.Batch {
 			batch := order[s:min(s+cfg.Batch, len(order))]
@@ -554,6 +563,196 @@ func trainLogistic(xs [][]float32, samples []headSample, W [][]float32, cfg Head
 				}
 			}
 			opt.update(flatW, g)
+		}
+	}
+}
+
+// minQualitySteps is the least number of Adam steps the quality models
+// take: on a small index (the demo's 252 prompts: 8 minibatches a pass)
+// Epochs passes are too few steps to converge, on the LLMRouter data
+// (3,000+ prompts, 100+ minibatches a pass) Epochs passes are more.
+const minQualitySteps = 2000
+
+// qualityEpochs is the number of passes over n records the quality models
+// train for: Epochs, or more to take minQualitySteps steps.
+func qualityEpochs(n int, cfg HeadConfig) int {
+	perEpoch := (n + cfg.Batch - 1) / cfg.Batch
+	return max(cfg.Epochs, (minQualitySteps+perEpoch-1)/max(perEpoch, 1))
+}
+
+// initBiases starts each model's bias (the last weight) at the logit of
+// its label mean.
+func initBiases(samples []headSample, W [][]float32) {
+	for m := range W {
+		var s, n float64
+		for i := range samples {
+			if samples[i].mask[m] {
+				s += float64(samples[i].labels[m])
+				n++
+			}
+		}
+		mean := min(max(s/max(n, 1), 1e-3), 1-1e-3)
+		W[m][len(W[m])-1] = float32(math.Log(mean / (1 - mean)))
+	}
+}
+
+// trainLowRank fits the quality models like trainLogistic but with the
+// weights of the first lo inputs (embedding and prompt features: the
+// within-task signals) of rank cfg.Rank across models,
+// W[m][:lo] = Σ_r S[m][r]·D[r]: every model sees the same few difficulty
+// directions D[r], each with its own sensitivity S[m][r]; the rest (task
+// block, interactions, bias) stays free per model. Minibatch Adam on
+// cross-entropy, L2 on the free block (bias excluded) and on D. It starts
+// from the independent fit (trainLogistic) truncated to rank R, so it only
+// has to trade the remaining slopes for a better fit — from a small random
+// start the product S·D learned too slowly on small indexes. The product
+// is written back into W, so the forward pass, the file and online
+// learning are those of the full head.
+func trainLowRank(xs [][]float32, samples []headSample, W [][]float32, lo int, cfg HeadConfig, rng *rand.Rand) {
+	M := len(W)
+	width := len(xs[0])
+	R := cfg.Rank
+	hi := width - lo
+	trainLogistic(xs, samples, W, cfg, rng)
+	nFree, nS := M*hi, M*R
+	P := make([]float32, nFree+nS+R*lo) // [free blocks | S | D]
+	for m := 0; m < M; m++ {
+		copy(P[m*hi:(m+1)*hi], W[m][lo:])
+	}
+	S, D := P[nFree:nFree+nS], P[nFree+nS:]
+	lowRankInit(W, lo, R, S, D, rng)
+	opt := newAdam(len(P), cfg.LearnRate)
+	g := make([]float32, len(P))
+	gS, gD := g[nFree:nFree+nS], g[nFree+nS:]
+	proj := make([]float32, R)
+	order := make([]int, len(xs))
+	for i := range order {
+		order[i] = i
+	}
+	for ep := 0; ep < qualityEpochs(len(xs), cfg); ep++ {
+		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for st := 0; st < len(order); st += cfg.Batch {
+			batch := order[st:min(st+cfg.Batch, len(order))]
+			clear(g)
+			for _, i := range batch {
+				x, smp := xs[i], &samples[i]
+				for r := 0; r < R; r++ {
+					proj[r] = dot32(D[r*lo:(r+1)*lo], x[:lo])
+				}
+				for m := 0; m < M; m++ {
+					if !smp.mask[m] {
+						continue
+					}
+					z := dot32(P[m*hi:(m+1)*hi], x[lo:])
+					for r := 0; r < R; r++ {
+						z += S[m*R+r] * proj[r]
+					}
+					e := (float32(sigmoid(float64(z))) - smp.labels[m]) / float32(len(batch))
+					row := g[m*hi : (m+1)*hi]
+					for j, v := range x[lo:] {
+						row[j] += e * v
+					}
+					for r := 0; r < R; r++ {
+						gS[m*R+r] += e * proj[r]
+						es := e * S[m*R+r]
+						gd := gD[r*lo : (r+1)*lo]
+						for j, v := range x[:lo] {
+							gd[j] += es * v
+						}
+					}
+				}
+			}
+			l2 := float32(cfg.L2)
+			for m := 0; m < M; m++ {
+				row, wr := g[m*hi:(m+1)*hi-1], P[m*hi:(m+1)*hi-1]
+				for j := range row {
+					row[j] += l2 * wr[j]
+				}
+			}
+			for j := range gD {
+				gD[j] += l2 * D[j]
+			}
+			opt.update(P, g)
+		}
+	}
+	for m := 0; m < M; m++ {
+		copy(W[m][lo:], P[m*hi:(m+1)*hi])
+		for j := 0; j < lo; j++ {
+			var w float32
+			for r := 0; r < R; r++ {
+				w += S[m*R+r] * D[r*lo+j]
+			}
+			W[m][j] = w
+		}
+	}
+}
+
+// lowRankInit sets S (M×R) and D (R×lo) to the rank-R truncation of the
+// first lo columns of W by power iteration with deflation: D[r] is the
+// r-th right singular vector, S[·][r] = W·D[r]. A direction with no
+// signal left gets a small random vector (and S 0), so training can
+// still move it.
+func lowRankInit(W [][]float32, lo, R int, S, D []float32, rng *rand.Rand) {
+	M := len(W)
+	res := make([][]float64, M) // residual of the deflation
+	for m := range res {
+		res[m] = make([]float64, lo)
+		for j := 0; j < lo; j++ {
+			res[m][j] = float64(W[m][j])
+		}
+	}
+	v, u := make([]float64, lo), make([]float64, M)
+	for r := 0; r < R; r++ {
+		for j := range v {
+			v[j] = rng.NormFloat64()
+		}
+		var norm float64
+		for it := 0; it < 100; it++ {
+			for m := range u { // u = res·v
+				u[m] = 0
+				for j, x := range res[m] {
+					u[m] += x * v[j]
+				}
+			}
+			clear(v) // v = resᵀ·u, normalised
+			for m, um := range u {
+				for j, x := range res[m] {
+					v[j] += x * um
+				}
+			}
+			norm = 0
+			for _, x := range v {
+				norm += x * x
+			}
+			norm = math.Sqrt(norm)
+			if norm < 1e-12 {
+				break
+			}
+			for j := range v {
+				v[j] /= norm
+			}
+		}
+		if norm < 1e-12 {
+			for j := 0; j < lo; j++ {
+				D[r*lo+j] = 0.01 * float32(rng.NormFloat64()) / float32(math.Sqrt(float64(lo)))
+			}
+			for m := 0; m < M; m++ {
+				S[m*R+r] = 0
+			}
+			continue
+		}
+		for m := 0; m < M; m++ {
+			var s float64
+			for j, x := range res[m] {
+				s += x * v[j]
+			}
+			S[m*R+r] = float32(s)
+			for j := range res[m] {
+				res[m][j] -= s * v[j]
+			}
+		}
+		for j := 0; j < lo; j++ {
+			D[r*lo+j] = float32(v[j])
 		}
 	}
 }

@@ -328,3 +328,84 @@ func FuzzPromptFeatures(f *testing.F) {
 		}
 	})
 }
+
+// TestHeadRankConstrainsSlopes: with Rank 1 the within-task weights of
+// all models (feature block) are multiples of one direction; with
+// Rank < 0 (independent per model) they are not; both still learn the
+// world's difficulty signal.
+func TestHeadRankConstrainsSlopes(t *testing.T) {
+	recs := difficultyRecords(60, 0)
+	emb, err := NewBuiltin(DefaultBuiltinConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := make([]string, len(recs))
+	for i, r := range recs {
+		texts[i] = r.Prompt
+	}
+	emb.Fit(texts)
+	d := emb.Dim()
+	vecs := make([]float32, len(recs)*d)
+	if err := emb.Embed(context.Background(), texts, vecs); err != nil {
+		t.Fatal(err)
+	}
+	// maxMinor is the largest |2×2 minor| of the models' feature weights
+	// relative to the product of the two rows' norms (0 for rank 1).
+	maxMinor := func(h *Head) float64 {
+		var worst float64
+		for a := range h.qW {
+			for b := a + 1; b < len(h.qW); b++ {
+				wa, wb := h.qW[a][d:d+NumPromptFeatures], h.qW[b][d:d+NumPromptFeatures]
+				na, nb := math.Sqrt(float64(dot32(wa, wa))), math.Sqrt(float64(dot32(wb, wb)))
+				for j := range wa {
+					for k := j + 1; k < len(wa); k++ {
+						m := float64(wa[j]*wb[k]-wa[k]*wb[j]) / (na * nb)
+						worst = max(worst, math.Abs(m))
+					}
+				}
+			}
+		}
+		return worst
+	}
+	for _, rank := range []int{1, -1} {
+		h, err := TrainHead(recs, vecs, d, featureMaxBytes, HeadConfig{Rank: rank})
+		if err != nil {
+			t.Fatal(err)
+		}
+		minor := maxMinor(h)
+		if rank == 1 && minor > 1e-4 {
+			t.Errorf("rank 1: feature weights have a 2×2 minor of %.3g, want rank 1", minor)
+		}
+		if rank < 0 && minor < 1e-2 {
+			t.Errorf("independent slopes: largest minor %.3g, want clearly rank > 1", minor)
+		}
+		// The solver's difficulty (many numbers) is learned either way.
+		x := make([]float32, h.width())
+		xt := make([]float32, h.taskWidth())
+		p := make([]float32, len(h.tasks))
+		solver := indexOf(h.models)["solver"]
+		var easy, hard float64
+		for _, r := range difficultyRecords(20, 1000) {
+			if r.Task != "math" {
+				continue
+			}
+			var i int
+			fmt.Sscanf(r.ID, "math-%d", &i)
+			v := make([]float32, d)
+			if err := emb.Embed(context.Background(), []string{r.Prompt}, v); err != nil {
+				t.Fatal(err)
+			}
+			var raw [NumPromptFeatures]float32
+			PromptFeatures(r.Prompt, featureMaxBytes, &raw)
+			h.forward(v, &raw, xt, p, x)
+			if i%2 == 0 {
+				hard += h.quality(solver, x)
+			} else {
+				easy += h.quality(solver, x)
+			}
+		}
+		if !(easy > hard+3) { // 10 easy and 10 hard prompts
+			t.Errorf("rank %d: solver's summed Q̂ easy %.2f vs hard %.2f, want easy clearly higher", rank, easy, hard)
+		}
+	}
+}
