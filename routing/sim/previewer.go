@@ -216,11 +216,9 @@ func (p *Previewer) Preview(ctx context.Context, q routing.WhatIfQuery) (*routin
 		return nil, &routing.FieldError{Msg: fmt.Sprintf("cluster %s has no enabled instances to simulate", rc.ID)}
 	}
 	rc.Instances = append([]routing.Instance(nil), rc.Instances...)
-	tiers := make([]engine.Tier, len(rc.Instances))
 	ids := make([]string, len(rc.Instances))
 	for i := range rc.Instances {
 		rc.Instances[i].APIKey = "" // never needed by a replay
-		tiers[i] = EngineTier(rc.Instances[i], p.deps.WhatIf.Latency, p.deps.WhatIf.Schedule.WithDefaults().DefaultMaxConcurrency)
 		ids[i] = rc.Instances[i].ID
 	}
 
@@ -241,6 +239,17 @@ func (p *Previewer) Preview(ctx context.Context, q routing.WhatIfQuery) (*routin
 	}
 	if len(items) == 0 {
 		return nil, &routing.FieldError{Msg: "no prompts to replay"}
+	}
+	// Engines from the live latency models, asked at the traffic's mean
+	// prompt size (EngineTierAt).
+	meanPrompt := 0.0
+	for k := range items {
+		meanPrompt += float64(promptTokens(&items[k]))
+	}
+	meanPrompt /= float64(len(items))
+	tiers := make([]engine.Tier, len(rc.Instances))
+	for i := range rc.Instances {
+		tiers[i] = EngineTierAt(rc.Instances[i], p.deps.WhatIf.Latency, p.deps.WhatIf.Schedule.WithDefaults().DefaultMaxConcurrency, meanPrompt)
 	}
 	world, err := NewWorldFrom(rc, tiers, p.deps.Lengths)
 	if err != nil {

@@ -59,8 +59,28 @@ func NewWorldFrom(c routing.Cluster, tiers []engine.Tier, lengths engine.OutputL
 //   - max_num_seqs = the instance's max_concurrency (defaultSeqs when 0);
 //   - prices from the instance, verbosity 1, vLLM's default KV sizing.
 //
-// lat nil uses latency.DefaultPrior for every tier.
+// lat nil uses latency.DefaultPrior for every tier. EngineTierAt asks the
+// model at the prompt size of the traffic instead.
 func EngineTier(in routing.Instance, lat schedule.LatencyModel, defaultSeqs int) engine.Tier {
+	return EngineTierAt(in, lat, defaultSeqs, 0)
+}
+
+// EngineTierAt is EngineTier asking the latency model where it has data:
+// at the mean prompt size p of the replayed traffic (p > 0). A model fitted
+// online on traffic whose prompts all have about p tokens knows TPOT̂ and
+// TTFT̂ near p, but its intercept and its prompt slope trade off against
+// each other, so TPOT̂ at an empty prompt or TTFT̂ at 1,000 tokens can be
+// far off (TPOT̂ clamped at its floor, or a prefill of seconds). So:
+//
+//   - tpot_ms_light = TPOT̂(running = 1, p); the load factor as above, at p;
+//   - prefill_ms_per_1k = 1000 × (TTFT̂(2p) − TTFT̂(p/2)) / (1.5 p), at least 0
+//     (the slope over the range around p);
+//   - ttft_overhead_ms = TTFT̂(idle, p) − prefill(p) (the slope is lowered
+//     when that would be negative), so the engine's idle TTFT at p is the
+//     model's.
+//
+// With p ≤ 0 it is EngineTier.
+func EngineTierAt(in routing.Instance, lat schedule.LatencyModel, defaultSeqs int, p float64) engine.Tier {
 	if lat == nil {
 		m, _ := latency.New(latency.Config{}) // the zero Config is valid
 		lat = m
@@ -69,11 +89,27 @@ func EngineTier(in routing.Instance, lat schedule.LatencyModel, defaultSeqs int)
 	if seqs <= 0 {
 		seqs = max(defaultSeqs, 1)
 	}
+	if !(p > 0) || math.IsInf(p, 0) {
+		p = 0
+	}
 	tier := in.Tier()
-	light := lat.TPOT(tier, routing.Load{Running: 1})
-	full := lat.TPOT(tier, routing.Load{Running: float64(seqs)})
-	t0 := lat.TTFT(tier, routing.Load{})
-	t1k := lat.TTFT(tier, routing.Load{PromptTokens: 1000})
+	light := lat.TPOT(tier, routing.Load{Running: 1, PromptTokens: p})
+	full := lat.TPOT(tier, routing.Load{Running: float64(seqs), PromptTokens: p})
+	var t0, prefill float64 // overhead and prefill per 1k tokens, seconds
+	if p == 0 {
+		t0 = lat.TTFT(tier, routing.Load{})
+		prefill = lat.TTFT(tier, routing.Load{PromptTokens: 1000}) - t0
+	} else {
+		at := lat.TTFT(tier, routing.Load{PromptTokens: p})
+		prefill = 1000 * (lat.TTFT(tier, routing.Load{PromptTokens: 2 * p}) - lat.TTFT(tier, routing.Load{PromptTokens: p / 2})) / (1.5 * p)
+		if !(prefill >= 0) || math.IsInf(prefill, 0) {
+			prefill = 0
+		}
+		if at >= 0 && prefill*p/1000 > at {
+			prefill = 1000 * at / p // no negative overhead: all of TTFT̂(p) is prefill
+		}
+		t0 = at - prefill*p/1000
+	}
 	factor := 1.0
 	if light > 0 && full > light && !math.IsInf(full, 0) {
 		factor = full / light
@@ -84,7 +120,6 @@ func EngineTier(in routing.Instance, lat schedule.LatencyModel, defaultSeqs int)
 	if !(t0 >= 0) || math.IsInf(t0, 0) {
 		t0 = 0
 	}
-	prefill := t1k - t0
 	if !(prefill >= 0) || math.IsInf(prefill, 0) {
 		prefill = 0
 	}

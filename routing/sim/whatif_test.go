@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -135,5 +136,44 @@ func TestWhatIfRecordedLengths(t *testing.T) {
 	it := workload.Item{OutputTokens: map[string]int{"m": 5, workload.AnyModel: 9}}
 	if it.OutputFor("m") != 5 || it.OutputFor("other") != 9 || (&workload.Item{}).OutputFor("m") != 0 {
 		t.Error("OutputFor")
+	}
+}
+
+// collinearModel is a latency model fitted on traffic whose prompts all
+// have about 25 tokens, as an online least-squares fit can end up: right
+// near 25 tokens (TPOT 10 ms + 1 ms per running sequence, TTFT 15 ms),
+// with an intercept and a prompt slope that trade off against each other
+// (TPOT̂ 0 at an empty prompt, TTFT̂ −35 ms at an empty prompt and ~2 s at
+// 1,000 tokens).
+type collinearModel struct{}
+
+func (collinearModel) TPOT(_ string, l routing.Load) float64 {
+	return max(0.010+0.001*(l.Running-1)+0.4*(l.PromptTokens-25)/1000, 0.001)
+}
+
+func (collinearModel) TTFT(_ string, l routing.Load) float64 {
+	return 0.015 + 2.0*(l.PromptTokens-25)/1000
+}
+
+// TestEngineTierAtAsksWhereTheModelHasData: asked at an empty prompt the
+// collinear model gives a 1 ms light TPOT and a 2 s prefill per 1k tokens;
+// asked at the traffic's 25 tokens the engine reproduces the model there:
+// TPOT̂ 10 ms at one sequence and 17 ms at max_num_seqs = 8 (load factor
+// 1.7), idle TTFT 15 ms (no negative overhead).
+func TestEngineTierAtAsksWhereTheModelHasData(t *testing.T) {
+	in := routing.Instance{Model: "m", GPU: "g", MaxConcurrency: 8}
+	off := EngineTier(in, collinearModel{}, 64)
+	if off.TPOTMsLight > 1.001 || off.PrefillMsPer1kPromptTokens < 1900 {
+		t.Fatalf("EngineTier at an empty prompt: light %.2f ms, prefill %.0f ms/1k: the test model no longer shows the problem", off.TPOTMsLight, off.PrefillMsPer1kPromptTokens)
+	}
+	tr := EngineTierAt(in, collinearModel{}, 64, 25)
+	if err := tr.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-6 }
+	ttft := tr.Overhead().Seconds() + tr.Prefill(25).Seconds()
+	if !near(tr.TPOTMsLight, 10) || !near(tr.TPOTLoadFactor, 1.7) || math.Abs(ttft-0.015) > 1e-6 || tr.TTFTOverheadMs < 0 {
+		t.Errorf("EngineTierAt(25): light %v ms, load factor %v, idle TTFT at 25 tokens %v s (overhead %v ms, prefill %v ms/1k); want 10 ms, 1.7, 15 ms",
+			tr.TPOTMsLight, tr.TPOTLoadFactor, ttft, tr.TTFTOverheadMs, tr.PrefillMsPer1kPromptTokens)
 	}
 }
