@@ -53,6 +53,20 @@ type ClusterQualityObserver interface {
 	ObserveClusterQuality(clusterID, prompt, model string, q float64)
 }
 
+// MemoQualityObserver is a QualityObserver that can reuse the estimate
+// of the request's routing decision: memo is its Decision.EstimateMemo.
+// The estimator then takes the embedding and nearest stored prompt it
+// computed for the decision instead of embedding and searching the prompt
+// again, and falls back to the prompt when it no longer holds that
+// estimate (memo expired, or 0). A memo means something only to the
+// estimator that made it (estimate.KNN numbers its estimates from 1), so
+// the observer must be the router's estimator itself; /v1/feedback uses
+// it only for an observer that does not keep per-cluster data
+// (ClusterQualityObserver comes first). estimate.KNN implements it.
+type MemoQualityObserver interface {
+	ObserveQualityMemo(memo uint64, prompt, model string, q float64)
+}
+
 // InferenceConfig holds the OpenAI-compatible API's settings; zero fields
 // take the defaults of DefaultInferenceConfig.
 type InferenceConfig struct {

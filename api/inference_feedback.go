@@ -20,6 +20,7 @@ type servedRequest struct {
 	clusterID string
 	model     string
 	prompt    string
+	memo      uint64 // the decision's estimate handle (Decision.EstimateMemo)
 }
 
 // recentRequests remembers the last n requests that reached an instance,
@@ -73,16 +74,20 @@ func (h *inference) remember(x *exchange, a *routing.Assignment) {
 	if x.cluster != nil {
 		clusterID = x.cluster.ID
 	}
-	h.recent.add(x.id, servedRequest{tenantID: x.p.Tenant.ID, clusterID: clusterID, model: a.Instance.Model, prompt: x.body.prompt})
+	h.recent.add(x.id, servedRequest{tenantID: x.p.Tenant.ID, clusterID: clusterID, model: a.Instance.Model, prompt: x.body.prompt,
+		memo: a.Decision.EstimateMemo})
 }
 
 // feedback serves POST /v1/feedback {"request_id": "...", "score": 0..1}:
 // a client's quality score for a request it made recently (the last
 // InferenceConfig.FeedbackWindow requests of the server). The score is
 // handed to the QualityObserver with the request's prompt and the model
-// that answered — for the cluster that served it when the observer keeps
-// per-cluster data (ClusterQualityObserver). Without an observer the server answers 501; a request id
-// that is unknown, too old or another tenant's is 404.
+// that answered: for the cluster that served it when the observer keeps
+// per-cluster data (ClusterQualityObserver), else, to a
+// MemoQualityObserver, with the memo of the request's decision, so the
+// estimator does not embed the prompt again while it still holds that
+// estimate. Without an observer the server answers 501; a request id that
+// is unknown, too old or another tenant's is 404.
 func (h *inference) feedback(c *fiber.Ctx) error {
 	p, err := h.authenticate(c.UserContext(), c)
 	if p == nil {
@@ -116,6 +121,8 @@ func (h *inference) feedback(c *fiber.Ctx) error {
 	}
 	if co, ok := h.deps.Quality.(ClusterQualityObserver); ok && s.clusterID != "" {
 		co.ObserveClusterQuality(s.clusterID, s.prompt, s.model, *in.Score)
+	} else if mo, ok := h.deps.Quality.(MemoQualityObserver); ok {
+		mo.ObserveQualityMemo(s.memo, s.prompt, s.model, *in.Score)
 	} else {
 		h.deps.Quality.ObserveQuality(s.prompt, s.model, *in.Score)
 	}

@@ -178,7 +178,9 @@ type envOpts struct {
 	policy     string
 	spend      SpendGuard
 	tracer     trace.TracerProvider
-	logTo      io.Writer // the server's JSON log (default discarded)
+	logTo      io.Writer       // the server's JSON log (default discarded)
+	router     Router          // the router behind dispatchtest.Router (default: the fake, or the real one with realRouter)
+	observer   QualityObserver // the feedback observer (default a qualityLog with quality)
 }
 
 func principal(tenantID string, instances []tenants.Instance) *tenants.Principal {
@@ -196,7 +198,9 @@ func newInfEnv(t testing.TB, o envOpts) *infEnv {
 	e := &infEnv{meter: &meterLog{}}
 	e.p = principal("t1", o.instances)
 	e.p.Cluster.Policy.Name = o.policy
-	if o.realRouter {
+	if o.router != nil {
+		e.router = &dispatchtest.Router{Inner: o.router}
+	} else if o.realRouter {
 		e.real = startRouter(t)
 		e.router = &dispatchtest.Router{Inner: e.real, InFlight: func() map[string]int {
 			out := map[string]int{}
@@ -217,6 +221,9 @@ func newInfEnv(t testing.TB, o envOpts) *infEnv {
 	if o.quality {
 		e.quality = &qualityLog{}
 		deps.Quality = e.quality
+	}
+	if o.observer != nil {
+		deps.Quality = o.observer
 	}
 	limit := o.bodyLimit
 	if limit == 0 {
