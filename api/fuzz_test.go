@@ -169,3 +169,38 @@ func FuzzDecodeJSON(f *testing.F) {
 		}
 	})
 }
+
+// acceptedBody checks a body parser's answer to raw, the common part of
+// the parsers' fuzz properties: an error must be a *paramError (ok
+// false); an accepted body must be a JSON object whose model is the
+// non-empty string the parser read. It returns the object's members.
+func acceptedBody(t *testing.T, raw []byte, b *completionBody, err error) (map[string]json.RawMessage, bool) {
+	t.Helper()
+	if err != nil {
+		var pe *paramError
+		if !errors.As(err, &pe) {
+			t.Fatalf("%q: error %v is not a *paramError", raw, err)
+		}
+		return nil, false
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		t.Fatalf("%q accepted but is not a JSON object", raw)
+	}
+	var model string
+	if json.Unmarshal(obj["model"], &model) != nil || model == "" || model != b.model {
+		t.Fatalf("%q accepted with model %q", raw, b.model)
+	}
+	return obj, true
+}
+
+// paramOf returns the parameter a parser's error names; the error must be
+// a *paramError (a 400 naming the field).
+func paramOf(t *testing.T, err error) string {
+	t.Helper()
+	var pe *paramError
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v is not a *paramError", err)
+	}
+	return pe.param
+}

@@ -1,14 +1,12 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
 
 	"github.com/routebalance/routebalance/internal/jsonscan"
 	"github.com/routebalance/routebalance/routing"
-	"github.com/routebalance/routebalance/routing/proxy"
 )
 
 // maxEmbeddingInputs caps the entries of an embeddings input array, as
@@ -24,21 +22,11 @@ const maxEmbeddingInputs = 2048
 // client wrote it; the prompt and its estimated tokens are kept for
 // admission and metering.
 func parseEmbedding(raw []byte) (*completionBody, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return nil, badParam("", "the request body is empty; send a JSON object")
-	}
-	if raw[0] != '{' {
-		return nil, badParam("", "the request body must be a JSON object")
-	}
-	fields, err := proxy.NewBody(raw)
+	b, err := openBody(raw)
 	if err != nil {
-		return nil, &paramError{param: "", msg: "could not parse the JSON body: " + jsonErrText(err)}
-	}
-	b := &completionBody{fields: fields}
-	if b.model, err = reqString(fields, "model"); err != nil {
 		return nil, err
 	}
+	fields := b.fields
 	if err := b.parseInput(); err != nil {
 		return nil, err
 	}

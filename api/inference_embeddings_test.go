@@ -53,11 +53,7 @@ func TestParseEmbedding(t *testing.T) {
 			b, err := parseEmbedding([]byte(tc.body))
 			var got want
 			if err != nil {
-				var pe *paramError
-				if !errors.As(err, &pe) {
-					t.Fatalf("error %v is not a *paramError", err)
-				}
-				got = want{Param: pe.param, Err: true}
+				got = want{Param: paramOf(t, err), Err: true}
 			} else {
 				got = want{Model: b.model, Prompt: b.prompt, Tokens: b.promptTokens}
 			}
@@ -101,20 +97,9 @@ func FuzzParseEmbedding(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		b, err := parseEmbedding(raw)
-		if err != nil {
-			var pe *paramError
-			if !errors.As(err, &pe) {
-				t.Fatalf("%q: error %v is not a *paramError", raw, err)
-			}
+		obj, ok := acceptedBody(t, raw, b, err)
+		if !ok {
 			return
-		}
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(raw, &obj) != nil {
-			t.Fatalf("%q accepted but is not a JSON object", raw)
-		}
-		var model string
-		if json.Unmarshal(obj["model"], &model) != nil || model == "" || model != b.model {
-			t.Fatalf("%q accepted with model %q", raw, b.model)
 		}
 		if in, ok := obj["input"]; !ok || string(in) == "null" {
 			t.Fatalf("%q accepted without input", raw)

@@ -48,21 +48,11 @@ type completionBody struct {
 // except the strings routing keeps (model, prompt). The answers are those
 // of decoding it with encoding/json (repeated keys: the last one counts).
 func parseCompletion(raw []byte, ep proxy.Endpoint) (*completionBody, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return nil, badParam("", "the request body is empty; send a JSON object")
-	}
-	if raw[0] != '{' {
-		return nil, badParam("", "the request body must be a JSON object")
-	}
-	fields, err := proxy.NewBody(raw)
+	b, err := openBody(raw)
 	if err != nil {
-		return nil, &paramError{param: "", msg: "could not parse the JSON body: " + jsonErrText(err)}
-	}
-	b := &completionBody{fields: fields}
-	if b.model, err = reqString(fields, "model"); err != nil {
 		return nil, err
 	}
+	fields := b.fields
 	if b.stream, err = optBool(fields, "stream"); err != nil {
 		return nil, err
 	}
@@ -92,6 +82,28 @@ func parseCompletion(raw []byte, ep proxy.Endpoint) (*completionBody, error) {
 		err = b.parsePrompt()
 	}
 	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// openBody checks that raw is one JSON object (whitespace around it
+// allowed) and reads its required model, a non-empty string: the start of
+// every inference body's parser. Errors are 400 parameter errors.
+func openBody(raw []byte) (*completionBody, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, badParam("", "the request body is empty; send a JSON object")
+	}
+	if raw[0] != '{' {
+		return nil, badParam("", "the request body must be a JSON object")
+	}
+	fields, err := proxy.NewBody(raw)
+	if err != nil {
+		return nil, &paramError{param: "", msg: "could not parse the JSON body: " + jsonErrText(err)}
+	}
+	b := &completionBody{fields: fields}
+	if b.model, err = reqString(fields, "model"); err != nil {
 		return nil, err
 	}
 	return b, nil

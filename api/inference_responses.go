@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"strconv"
 
 	"github.com/routebalance/routebalance/internal/jsonscan"
@@ -28,21 +27,11 @@ import (
 // request on its own; so is background (its answer is fetched later
 // from that instance). Every other field is forwarded as written.
 func parseResponses(raw []byte) (*completionBody, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return nil, badParam("", "the request body is empty; send a JSON object")
-	}
-	if raw[0] != '{' {
-		return nil, badParam("", "the request body must be a JSON object")
-	}
-	fields, err := proxy.NewBody(raw)
+	b, err := openBody(raw)
 	if err != nil {
-		return nil, &paramError{param: "", msg: "could not parse the JSON body: " + jsonErrText(err)}
-	}
-	b := &completionBody{fields: fields}
-	if b.model, err = reqString(fields, "model"); err != nil {
 		return nil, err
 	}
+	fields := b.fields
 	if b.stream, err = optBool(fields, "stream"); err != nil {
 		return nil, err
 	}

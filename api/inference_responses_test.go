@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 
@@ -67,11 +66,7 @@ func TestParseResponses(t *testing.T) {
 			b, err := parseResponses([]byte(tc.body))
 			var got want
 			if err != nil {
-				var pe *paramError
-				if !errors.As(err, &pe) {
-					t.Fatalf("error %v is not a *paramError", err)
-				}
-				got = want{Param: pe.param, Err: true}
+				got = want{Param: paramOf(t, err), Err: true}
 			} else {
 				got = want{Model: b.model, Prompt: b.prompt, Tokens: b.promptTokens, MaxTokens: b.maxTokens, Stream: b.stream}
 			}
@@ -101,20 +96,9 @@ func FuzzParseResponses(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		b, err := parseResponses(raw)
-		if err != nil {
-			var pe *paramError
-			if !errors.As(err, &pe) {
-				t.Fatalf("%q: error %v is not a *paramError", raw, err)
-			}
+		obj, ok := acceptedBody(t, raw, b, err)
+		if !ok {
 			return
-		}
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(raw, &obj) != nil {
-			t.Fatalf("%q accepted but is not a JSON object", raw)
-		}
-		var model string
-		if json.Unmarshal(obj["model"], &model) != nil || model == "" || model != b.model {
-			t.Fatalf("%q accepted with model %q", raw, b.model)
 		}
 		var in any
 		if json.Unmarshal(obj["input"], &in) != nil {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"strconv"
@@ -23,21 +22,11 @@ import (
 // other field (add_special_tokens, add_generation_prompt, …) is forwarded
 // as written.
 func parseTokenize(raw []byte, ep proxy.Endpoint) (*completionBody, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return nil, badParam("", "the request body is empty; send a JSON object")
-	}
-	if raw[0] != '{' {
-		return nil, badParam("", "the request body must be a JSON object")
-	}
-	fields, err := proxy.NewBody(raw)
+	b, err := openBody(raw)
 	if err != nil {
-		return nil, &paramError{param: "", msg: "could not parse the JSON body: " + jsonErrText(err)}
-	}
-	b := &completionBody{fields: fields}
-	if b.model, err = reqString(fields, "model"); err != nil {
 		return nil, err
 	}
+	fields := b.fields
 	if b.model == "auto" {
 		return nil, badParam("model", "name a served model: token ids belong to one model's tokenizer, so \"auto\" cannot be tokenized")
 	}

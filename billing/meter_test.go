@@ -18,6 +18,7 @@ import (
 	"github.com/routebalance/routebalance/billing/internal/billingtest"
 	"github.com/routebalance/routebalance/billing/pgstore"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
+	"github.com/routebalance/routebalance/internal/tcpproxy"
 	"github.com/routebalance/routebalance/internal/testwait"
 )
 
@@ -183,7 +184,7 @@ func TestMeterSurvivesDatabaseOutage(t *testing.T) {
 	billingtest.RunShifted(t, meterBase, func(t *testing.T, now time.Time) {
 		clk := billingtest.NewClock(now)
 		schema := billingtest.PGSchema(t)
-		proxy := billingtest.NewProxy(t, billingtest.PGTarget(t))
+		proxy := tcpproxy.New(t, billingtest.PGTarget(t))
 		pool := billingtest.PGPoolAt(t, billingtest.ProxiedURL(t, billingtest.DatabaseURL(), proxy.Addr()), schema)
 		direct := billingtest.PGPoolAt(t, billingtest.DatabaseURL(), schema)
 		e := pgEngine(t, direct)
@@ -239,7 +240,7 @@ func TestMeterSpillsAtShutdownAndReplaysOnRestart(t *testing.T) {
 	billingtest.RunShifted(t, meterBase, func(t *testing.T, now time.Time) {
 		clk := billingtest.NewClock(now)
 		schema := billingtest.PGSchema(t)
-		proxy := billingtest.NewProxy(t, billingtest.PGTarget(t))
+		proxy := tcpproxy.New(t, billingtest.PGTarget(t))
 		pool := billingtest.PGPoolAt(t, billingtest.ProxiedURL(t, billingtest.DatabaseURL(), proxy.Addr()), schema)
 		e := pgEngine(t, billingtest.PGPoolAt(t, billingtest.DatabaseURL(), schema))
 		dir := t.TempDir()

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/internal/redisfail"
 )
 
 // NanoPerUSD is the unit of the counters: 1 nano-USD = 1e-9 USD.
@@ -47,16 +48,17 @@ func ToNano(usd float64) int64 {
 // FromNano converts nano-USD to USD.
 func FromNano(n int64) float64 { return float64(n) / NanoPerUSD }
 
-// FailMode says what Guard.Check does when Redis cannot be read.
-type FailMode string
+// FailMode says what Guard.Check does when Redis cannot be read
+// (internal/redisfail, the rule tenants/limits/redislimit shares).
+type FailMode = redisfail.Mode
 
 // Fail modes.
 const (
 	// FailOpen falls back to this replica's own view (billing.Guard: the
 	// ledger reloaded every SpendRefresh plus its own pending spend).
-	FailOpen FailMode = "open"
+	FailOpen = redisfail.Open
 	// FailClosed refuses requests of tenants or keys that have a budget.
-	FailClosed FailMode = "closed"
+	FailClosed = redisfail.Closed
 )
 
 // ErrUnavailable is returned by Guard.Check when the shared spend cannot be
@@ -86,7 +88,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Prefix: "rb:spend", Timeout: 250 * time.Millisecond, Backoff: time.Second, Fail: FailOpen,
+	return Config{Prefix: "rb:spend", Timeout: redisfail.DefaultTimeout, Backoff: redisfail.DefaultBackoff, Fail: redisfail.DefaultMode,
 		Queue: 65536, Reconcile: 30 * time.Second, KeepFor: 40 * 24 * time.Hour}
 }
 
@@ -95,11 +97,10 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 || c.Backoff < 0 || c.Queue < 0 || c.Reconcile < 0 || c.KeepFor < 0 {
 		return errors.New("redisspend: settings must be >= 0")
 	}
-	switch c.Fail {
-	case "", FailOpen, FailClosed:
-		return nil
+	if err := c.Fail.Validate(); err != nil {
+		return fmt.Errorf("redisspend: %w", err)
 	}
-	return fmt.Errorf("redisspend: fail mode must be open or closed, got %q", c.Fail)
+	return nil
 }
 
 func (c Config) withDefaults() Config {
@@ -107,15 +108,7 @@ func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = d.Prefix
 	}
-	if c.Timeout == 0 {
-		c.Timeout = d.Timeout
-	}
-	if c.Backoff == 0 {
-		c.Backoff = d.Backoff
-	}
-	if c.Fail == "" {
-		c.Fail = d.Fail
-	}
+	redisfail.FillDefaults(&c.Timeout, &c.Backoff, &c.Fail)
 	if c.Queue == 0 {
 		c.Queue = d.Queue
 	}
@@ -158,9 +151,9 @@ type Counters struct {
 	log   *slog.Logger
 	queue chan amount
 
-	downUntil atomic.Int64
-	pushMu    sync.Mutex // one push at a time (Run's and Flush's)
-	stats     struct{ pushed, dropped, pushErrors, reconciled, readErrors atomic.Int64 }
+	redis  redisfail.Breaker // down: Redis is not read
+	pushMu sync.Mutex        // one push at a time (Run's and Flush's)
+	stats  struct{ pushed, dropped, pushErrors, reconciled, readErrors atomic.Int64 }
 }
 
 // New returns the counters over rdb; clock nil is the wall clock.
@@ -223,7 +216,7 @@ func (c *Counters) Add(at time.Time, tenantID, keyID string, nano int64) {
 // Spent returns the shared spend of the tenant and of the key in the
 // current month, in nano-USD. While Redis is marked down it fails fast.
 func (c *Counters) Spent(ctx context.Context, tenantID, keyID string) (tenant, key int64, err error) {
-	if time.Now().UnixNano() < c.downUntil.Load() {
+	if c.redis.Down(time.Now()) {
 		return 0, 0, ErrUnavailable
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
@@ -235,7 +228,7 @@ func (c *Counters) Spent(ctx context.Context, tenantID, keyID string) (tenant, k
 	vals, err := c.rdb.HMGet(ctx, c.key(billing.PeriodStart(c.clock.Now()), tenantID), fields...).Result()
 	if err != nil {
 		c.stats.readErrors.Add(1)
-		c.downUntil.Store(time.Now().Add(c.cfg.Backoff).UnixNano())
+		c.redis.Trip(time.Now(), c.cfg.Backoff)
 		c.log.Warn("redis spend counters unreachable", slog.String("error", err.Error()), slog.String("fail", string(c.cfg.Fail)))
 		return 0, 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}

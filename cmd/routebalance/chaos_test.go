@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/routebalance/routebalance/internal/tcpproxy"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
@@ -347,84 +347,10 @@ func TestChaosSIGTERMUnderLoad(t *testing.T) {
 	assertExactlyOnce(t, reached(up), sqliteLedger(dir)(t), streams+calls)
 }
 
-// tcpProxy is a loopback TCP proxy to target that the test can cut off
-// (every open connection is closed, new ones are refused) and restore.
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  map[net.Conn]struct{}
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			down := p.down
-			p.mu.Unlock()
-			if down {
-				c.Close()
-				continue
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.down {
-				p.mu.Unlock()
-				c.Close()
-				up.Close()
-				continue
-			}
-			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-			p.mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(up, c); up.Close() }() //nolint:errcheck
-			go func() { defer wg.Done(); io.Copy(c, up); c.Close() }()  //nolint:errcheck
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.cut(); wg.Wait() })
-	return p
-}
-
-// cut closes every proxied connection and refuses new ones.
-func (p *tcpProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
-}
-
-// restore accepts connections again.
-func (p *tcpProxy) restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
-}
-
 // chaosPostgres creates a fresh schema on the test server (DATABASE_URL
 // or the local default), dropped at the end, and returns the direct DSN
 // and the DSN through a cuttable TCP proxy, both with search_path set.
-func chaosPostgres(t *testing.T) (direct, proxied string, p *tcpProxy) {
+func chaosPostgres(t *testing.T) (direct, proxied string, p *tcpproxy.Proxy) {
 	t.Helper()
 	dsn := os.Getenv("DATABASE_URL")
 	if dsn == "" {
@@ -459,8 +385,8 @@ func chaosPostgres(t *testing.T) (direct, proxied string, p *tcpProxy) {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	direct = u.String()
-	p = newTCPProxy(t, u.Host)
-	u.Host = p.ln.Addr().String()
+	p = tcpproxy.New(t, u.Host)
+	u.Host = p.Addr()
 	return direct, u.String(), p
 }
 
@@ -481,7 +407,7 @@ func TestChaosPostgresOutage(t *testing.T) {
 	waitLedger(t, pgLedger(direct), reached(up))
 	recacheKey(t, base, key, direct, up)
 	settled := reached(up)
-	p.cut()
+	p.Down()
 	during := append(fire(context.Background(), base, key, 16, false, 0), fire(context.Background(), base, key, 8, true, 0)...)
 	time.Sleep(300 * time.Millisecond) // the meter's writers hit the dead connection
 	// The outage was real: what was served during it is not in the ledger yet.
@@ -495,7 +421,7 @@ func TestChaosPostgresOutage(t *testing.T) {
 	if cutOff == 0 {
 		t.Fatalf("every request served during the outage was already in the ledger: the proxy did not cut the meter off (outcomes %s)", statuses(during))
 	}
-	p.restore()
+	p.Up()
 	after := fire(context.Background(), base, key, 8, false, 0)
 	seen := reached(up)
 	got := waitLedger(t, pgLedger(direct), seen)
@@ -537,7 +463,7 @@ func TestChaosPostgresOutageWithSIGTERM(t *testing.T) {
 	fire(context.Background(), base, key, 4, false, 0)
 	waitLedger(t, pgLedger(direct), reached(up)) // settled before the outage
 	recacheKey(t, base, key, direct, up)
-	p.cut()
+	p.Down()
 	done := make(chan []outcome, 1)
 	go func() {
 		done <- append(fire(context.Background(), base, key, 12, true, 0), fire(context.Background(), base, key, 12, false, 0)...)
@@ -563,7 +489,7 @@ func TestChaosPostgresOutageWithSIGTERM(t *testing.T) {
 		saved = append(saved, b)
 	}
 	seen := reached(up)
-	p.restore()
+	p.Up()
 	_, stop = startServe(t, dir, "--allow-private-endpoints", "--database-url", proxied)
 	got := waitLedger(t, pgLedger(direct), seen)
 	if err := stop(); err != nil {

@@ -19,30 +19,8 @@ import (
 // response says X-RouteBalance-Attempts: 2 and which instance it fell back
 // from, and the ledger has exactly one row per request, on llama.
 func TestFallbackToAnotherModel(t *testing.T) {
-	down := vllmemu.Fault{ErrorRate: 1, ErrorStatus: 503}
-	s := startEmulated(t, `{"name":"fb","tiers":[
-		{"model":"gemma-2-9b-it","gpu":"a30","tensor_parallel":1,"instances":2,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
-		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1},
-		{"model":"llama-3.1-8b-instruct","gpu":"a30","tensor_parallel":1,"instances":1,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
-		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1}],
-		"output_lengths":{"sigma":0.3,"median_tokens_by_task":{"default":6}}}`,
-		vllmemu.Config{TimeScale: 0.01, Seed: 3, Faults: map[int]vllmemu.Fault{0: down, 1: down}})
-	gemma := map[string]bool{}
-	for _, in := range s.emu.Instances {
-		prior := "0.9"
-		if in.Spec().Tier.Model != "gemma-2-9b-it" {
-			prior = "0.3"
-		}
-		id := s.register(t, in, `"gpu":"a30","price_in_per_mtok":0.1,"price_out_per_mtok":0.1,"max_concurrency":8,"quality_prior":`+prior)["id"].(string)
-		if prior == "0.9" {
-			gemma[id] = true
-		}
-	}
-	req, _ := http.NewRequest("PUT", s.base+"/api/v1/settings", strings.NewReader(`{"preset":"quality"}`))
-	req.Header.Set("Authorization", "Bearer "+s.tok)
-	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 200 {
-		t.Fatalf("settings: %v %v", res, err)
-	}
+	f := startGemmaDown(t, "", 3)
+	s, gemma := f.emulatedServe, f.gemma
 	client := s.client
 	const n = 6
 	for i := 0; i < n; i++ {
@@ -86,4 +64,56 @@ func TestFallbackToAnotherModel(t *testing.T) {
 	if rows != n || onLlama != n || attempts2 != n {
 		t.Errorf("ledger: %d rows, %d ok on llama, %d with attempts 2; want %d each (metered once, for the attempt that served)", rows, onLlama, attempts2, n)
 	}
+}
+
+// gemmaDown is serve over the fallback test's cluster: two gemma
+// instances that answer every request 503 (the emulator's fault
+// injection; prior 0.9, so the tenant's quality preset prefers them), one
+// llama (prior 0.3) and the tiers of extraTiers (a JSON list's members,
+// each instance registered with its tier's kind).
+type gemmaDown struct {
+	*emulatedServe
+	gemma map[string]bool // the failing instances' ids
+	llama string          // the llama instance's id
+}
+
+func startGemmaDown(t *testing.T, extraTiers string, seed uint64) *gemmaDown {
+	t.Helper()
+	if extraTiers != "" {
+		extraTiers = "," + extraTiers
+	}
+	down := vllmemu.Fault{ErrorRate: 1, ErrorStatus: 503}
+	s := startEmulated(t, `{"name":"fb","tiers":[
+		{"model":"gemma-2-9b-it","gpu":"a30","tensor_parallel":1,"instances":2,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
+		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1},
+		{"model":"llama-3.1-8b-instruct","gpu":"a30","tensor_parallel":1,"instances":1,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
+		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1}`+extraTiers+`],
+		"output_lengths":{"sigma":0.3,"median_tokens_by_task":{"default":6}}}`,
+		vllmemu.Config{TimeScale: 0.01, Seed: seed, Faults: map[int]vllmemu.Fault{0: down, 1: down}})
+	f := &gemmaDown{emulatedServe: s, gemma: map[string]bool{}}
+	for _, in := range s.emu.Instances {
+		tier := in.Spec().Tier
+		fields := `"gpu":"a30","price_in_per_mtok":0.1,"price_out_per_mtok":0.1,"max_concurrency":8`
+		switch {
+		case tier.IsEmbedding():
+			fields += `,"kind":"embedding"`
+		case tier.Model == "gemma-2-9b-it":
+			fields += `,"quality_prior":0.9`
+		default:
+			fields += `,"quality_prior":0.3`
+		}
+		id := s.register(t, in, fields)["id"].(string)
+		switch tier.Model {
+		case "gemma-2-9b-it":
+			f.gemma[id] = true
+		case "llama-3.1-8b-instruct":
+			f.llama = id
+		}
+	}
+	req, _ := http.NewRequest("PUT", s.base+"/api/v1/settings", strings.NewReader(`{"preset":"quality"}`))
+	req.Header.Set("Authorization", "Bearer "+s.tok)
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 200 {
+		t.Fatalf("settings: %v %v", res, err)
+	}
+	return f
 }

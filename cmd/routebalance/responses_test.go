@@ -24,39 +24,8 @@ import (
 // response.completed). Bad input is a 400 in the envelope naming the
 // field.
 func TestResponsesRouted(t *testing.T) {
-	down := vllmemu.Fault{ErrorRate: 1, ErrorStatus: 503}
-	s := startEmulated(t, `{"name":"resp","tiers":[
-		{"model":"gemma-2-9b-it","gpu":"a30","tensor_parallel":1,"instances":2,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
-		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1},
-		{"model":"llama-3.1-8b-instruct","gpu":"a30","tensor_parallel":1,"instances":1,"tpot_ms_light":20,"tpot_load_factor":2,"max_num_seqs":8,
-		 "ttft_overhead_ms":10,"prefill_ms_per_1k_prompt_tokens":10,"verbosity":1},
-		{"model":"minilm","gpu":"a30","instances":1,"kind":"embedding","dimensions":16,"ttft_overhead_ms":5,"prefill_ms_per_1k_prompt_tokens":10}],
-		"output_lengths":{"sigma":0.3,"median_tokens_by_task":{"default":6}}}`,
-		vllmemu.Config{TimeScale: 0.01, Seed: 7, Faults: map[int]vllmemu.Fault{0: down, 1: down}})
-	gemma, llama := map[string]bool{}, ""
-	for _, in := range s.emu.Instances {
-		model, fields := in.Spec().Tier.Model, `"gpu":"a30","price_in_per_mtok":0.1,"price_out_per_mtok":0.1,"max_concurrency":8`
-		switch model {
-		case "gemma-2-9b-it":
-			fields += `,"quality_prior":0.9`
-		case "minilm":
-			fields += `,"kind":"embedding"`
-		default:
-			fields += `,"quality_prior":0.3`
-		}
-		id := s.register(t, in, fields)["id"].(string)
-		switch model {
-		case "gemma-2-9b-it":
-			gemma[id] = true
-		case "llama-3.1-8b-instruct":
-			llama = id
-		}
-	}
-	req, _ := http.NewRequest("PUT", s.base+"/api/v1/settings", strings.NewReader(`{"preset":"quality"}`))
-	req.Header.Set("Authorization", "Bearer "+s.tok)
-	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 200 {
-		t.Fatalf("settings: %v %v", res, err)
-	}
+	f := startGemmaDown(t, `{"model":"minilm","gpu":"a30","instances":1,"kind":"embedding","dimensions":16,"ttft_overhead_ms":5,"prefill_ms_per_1k_prompt_tokens":10}`, 7)
+	s, gemma, llama := f.emulatedServe, f.gemma, f.llama
 
 	ctx := context.Background()
 	items := responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{

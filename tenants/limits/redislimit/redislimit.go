@@ -32,29 +32,31 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routebalance/routebalance/internal/redisfail"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/tenants/limits"
 )
 
-// FailMode says what the limiter does when Redis cannot be reached.
-type FailMode string
+// FailMode is what the limiter does while Redis is unreachable
+// (internal/redisfail, the rule billing/redisspend shares).
+type FailMode = redisfail.Mode
 
 // Fail modes.
 const (
 	// FailOpen enforces the limits per replica with the in-process
 	// limiter while Redis is unreachable (the default).
-	FailOpen FailMode = "open"
+	FailOpen = redisfail.Open
 	// FailClosed refuses every limited request while Redis is unreachable.
-	FailClosed FailMode = "closed"
+	FailClosed = redisfail.Closed
 )
 
 // ParseFailMode parses "open" or "closed".
 func ParseFailMode(s string) (FailMode, error) {
-	switch m := FailMode(s); m {
-	case FailOpen, FailClosed:
-		return m, nil
+	m, err := redisfail.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("redislimit: %w", err)
 	}
-	return "", fmt.Errorf("redislimit: fail mode must be open or closed, got %q", s)
+	return m, nil
 }
 
 // Config holds the limiter's settings; zero fields take the defaults.
@@ -84,7 +86,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Prefix: "rb:lim", Window: time.Minute, ConcurrencyRetryAfter: time.Second,
-		LeaseTTL: 30 * time.Second, Timeout: 250 * time.Millisecond, Backoff: time.Second, Fail: FailOpen}
+		LeaseTTL: 30 * time.Second, Timeout: redisfail.DefaultTimeout, Backoff: redisfail.DefaultBackoff, Fail: redisfail.DefaultMode}
 }
 
 // Validate reports a negative duration or an unknown fail mode.
@@ -94,10 +96,8 @@ func (c Config) Validate() error {
 			return errors.New("redislimit: durations must be >= 0")
 		}
 	}
-	if c.Fail != "" {
-		if _, err := ParseFailMode(string(c.Fail)); err != nil {
-			return err
-		}
+	if err := c.Fail.Validate(); err != nil {
+		return fmt.Errorf("redislimit: %w", err)
 	}
 	if c.LeaseTTL > 0 && c.LeaseTTL < 3*time.Millisecond {
 		return errors.New("redislimit: lease ttl must be >= 3ms")
@@ -119,15 +119,7 @@ func (c Config) withDefaults() Config {
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = d.LeaseTTL
 	}
-	if c.Timeout == 0 {
-		c.Timeout = d.Timeout
-	}
-	if c.Backoff == 0 {
-		c.Backoff = d.Backoff
-	}
-	if c.Fail == "" {
-		c.Fail = d.Fail
-	}
+	redisfail.FillDefaults(&c.Timeout, &c.Backoff, &c.Fail)
 	if c.Replica == "" {
 		c.Replica = randomID()
 	}
@@ -150,8 +142,8 @@ type Limiter struct {
 	local *limits.Limiter
 	log   *slog.Logger
 
-	seq       atomic.Uint64
-	downUntil atomic.Int64 // unix ns; Redis is not tried before it
+	seq   atomic.Uint64
+	redis redisfail.Breaker // down: Redis is not tried
 
 	mu     sync.Mutex
 	leases map[*lease]struct{} // live leases (each holds a slot in both scopes), renewed by Run
@@ -217,10 +209,10 @@ func (l *Limiter) nowArg() int64 {
 	return l.clock.Now().UnixMilli()
 }
 
-func (l *Limiter) down() bool { return l.wallNow().UnixNano() < l.downUntil.Load() }
+func (l *Limiter) down() bool { return l.redis.Down(l.wallNow()) }
 
 func (l *Limiter) markDown(err error) {
-	l.downUntil.Store(l.wallNow().Add(l.cfg.Backoff).UnixNano())
+	l.redis.Trip(l.wallNow(), l.cfg.Backoff)
 	l.log.Warn("redis rate limiter unreachable", slog.String("error", err.Error()), slog.String("fail", string(l.cfg.Fail)), slog.Duration("backoff", l.cfg.Backoff))
 }
 
@@ -298,7 +290,7 @@ func (l *Limiter) AdmitContext(ctx context.Context, tenantID string, tl limits.L
 func (l *Limiter) failed(tenantID string, tl limits.Limits, keyID string, kl limits.Limits, tokens int64) (limits.Ticket, limits.Status, limits.Refusal, bool) {
 	if l.cfg.Fail == FailClosed {
 		l.stats.refusedDown.Add(1)
-		retry := time.Duration(l.downUntil.Load() - l.wallNow().UnixNano())
+		retry := l.redis.Remaining(l.wallNow())
 		return limits.Ticket{}, limits.Status{}, limits.Refusal{Scope: limits.ScopeTenant, Unavailable: true, RetryAfter: max(retry, time.Second)}, false
 	}
 	l.stats.fallbacks.Add(1)
