@@ -55,6 +55,9 @@ type WhatIfResult struct {
 	RateRPS float64 `json:"rate_rps"`
 	// Observed is the replayed traffic as it happened (source "observed").
 	Observed *WhatIfObserved `json:"observed,omitempty"`
+	// Live is the live state the replay started from (absent when the
+	// scheduler has not routed the cluster yet: the replay starts idle).
+	Live *WhatIfLive `json:"live,omitempty"`
 	// Estimate says how the numbers were obtained ("model").
 	Estimate string `json:"estimate"`
 	// QualitySource is "index" (a KNN index) or "priors".
@@ -92,4 +95,22 @@ type WhatIfObserved struct {
 	// MeanQuality is the mean of the quality predicted when each request
 	// was routed (no ground truth is observed).
 	MeanQuality float64 `json:"mean_predicted_quality"`
+}
+
+// WhatIfLive is the live load a replay started from, summed over the
+// cluster's replayed instances.
+type WhatIfLive struct {
+	// Instances is how many of the replayed instances the live scheduler
+	// reported.
+	Instances int `json:"instances"`
+	// InFlight is the requests running on the instances (the scheduler's
+	// own in flight, or the scraped running count when fresher and larger)
+	// and Waiting the requests queued for them (the scheduler's admission
+	// queues and the engines' scraped queues): the replay's engines start
+	// with that many requests.
+	InFlight int `json:"in_flight"`
+	Waiting  int `json:"waiting"`
+	// PendingTokens is the decode tokens the running requests still have
+	// to generate (the scheduler's dead reckoning).
+	PendingTokens float64 `json:"pending_tokens"`
 }

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -81,8 +82,9 @@ func TestWhatIfMatchesObservedDemoTraffic(t *testing.T) {
 		return res.StatusCode
 	}
 
-	// 200 Poisson arrivals at 12 req/s (the demo cluster is far from saturated), a mix of prompts, some streamed.
-	const n = 200
+	// Poisson arrivals at 12 req/s (the demo cluster is far from
+	// saturated), a mix of prompts, some streamed; send returns once all
+	// n are answered.
 	rng := rand.New(rand.NewPCG(7, 15))
 	prompts := []string{
 		"A train travels 120 km in 2 hours. How far does it travel in 5 hours?",
@@ -91,33 +93,38 @@ func TestWhatIfMatchesObservedDemoTraffic(t *testing.T) {
 		"Explain the difference between TCP and UDP.",
 		"Summarise the causes of the French revolution.",
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	failed := 0
-	for i := 0; i < n; i++ {
-		time.Sleep(time.Duration(rng.ExpFloat64() / 12 * float64(time.Second)))
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			body := map[string]any{"model": "auto", "stream": i%3 == 0, "messages": []map[string]string{{"role": "user", "content": fmt.Sprintf("%s (%d)", prompts[i%len(prompts)], i)}}}
-			b, _ := json.Marshal(body)
-			req, _ := http.NewRequestWithContext(ctx, "POST", base[1]+"/v1/chat/completions", bytes.NewReader(b))
-			req.Header.Set("Authorization", "Bearer "+key[1])
-			req.Header.Set("Content-Type", "application/json")
-			res, err := http.DefaultClient.Do(req)
-			if err == nil {
-				_, _ = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-			}
-			if err != nil || res.StatusCode != 200 {
-				mu.Lock()
-				failed++
-				mu.Unlock()
-			}
-		}(i)
+	var sent atomic.Int64
+	send := func(n int) (failed int) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for k := 0; k < n; k++ {
+			time.Sleep(time.Duration(rng.ExpFloat64() / 12 * float64(time.Second)))
+			i := int(sent.Add(1))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				body := map[string]any{"model": "auto", "stream": i%3 == 0, "messages": []map[string]string{{"role": "user", "content": fmt.Sprintf("%s (%d)", prompts[i%len(prompts)], i)}}}
+				b, _ := json.Marshal(body)
+				req, _ := http.NewRequestWithContext(ctx, "POST", base[1]+"/v1/chat/completions", bytes.NewReader(b))
+				req.Header.Set("Authorization", "Bearer "+key[1])
+				req.Header.Set("Content-Type", "application/json")
+				res, err := http.DefaultClient.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+				}
+				if err != nil || res.StatusCode != 200 {
+					mu.Lock()
+					failed++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		return failed
 	}
-	wg.Wait()
-	if failed > 0 {
+	const n = 200
+	if failed := send(n); failed > 0 {
 		t.Fatalf("%d of %d requests failed", failed, n)
 	}
 
@@ -153,14 +160,15 @@ func TestWhatIfMatchesObservedDemoTraffic(t *testing.T) {
 		Weights map[string]float64 `json:"weights"`
 	}
 	call("GET", "/api/v1/settings", tok.AccessToken, nil, &st)
-	var wi struct {
+	type whatIf struct {
 		Source    string  `json:"source"`
 		Requests  int     `json:"requests"`
 		RateRPS   float64 `json:"rate_rps"`
 		Predicted struct {
-			MeanE2EMs  float64 `json:"mean_e2e_ms"`
-			P95E2EMs   float64 `json:"p95_e2e_ms"`
-			MeanTTFTMs float64 `json:"mean_ttft_ms"`
+			MeanE2EMs  float64            `json:"mean_e2e_ms"`
+			P95E2EMs   float64            `json:"p95_e2e_ms"`
+			MeanTTFTMs float64            `json:"mean_ttft_ms"`
+			ModelShare map[string]float64 `json:"model_share"`
 		} `json:"predicted"`
 		Observed *struct {
 			Requests   int     `json:"requests"`
@@ -169,24 +177,57 @@ func TestWhatIfMatchesObservedDemoTraffic(t *testing.T) {
 			P95E2EMs   float64 `json:"p95_e2e_ms"`
 			MeanTTFTMs float64 `json:"mean_ttft_ms"`
 		} `json:"observed"`
+		Live *struct {
+			Instances     int     `json:"instances"`
+			InFlight      int     `json:"in_flight"`
+			Waiting       int     `json:"waiting"`
+			PendingTokens float64 `json:"pending_tokens"`
+		} `json:"live"`
 	}
-	if code := call("POST", "/api/v1/clusters/"+cl.Data[0].ID+"/whatif", tok.AccessToken, map[string]any{"weights": st.Weights, "max_requests": 300}, &wi); code != 200 {
-		t.Fatalf("whatif: %d", code)
+	// preview asks for the weights the traffic was routed with and checks
+	// the answer replays the newest want recorded requests at their rate
+	// and predicts their mean E2E within ±30 %.
+	preview := func(what string, want int) whatIf {
+		t.Helper()
+		var wi whatIf
+		if code := call("POST", "/api/v1/clusters/"+cl.Data[0].ID+"/whatif", tok.AccessToken, map[string]any{"weights": st.Weights, "max_requests": want}, &wi); code != 200 {
+			t.Fatalf("%s: whatif: %d", what, code)
+		}
+		if wi.Source != "observed" || wi.Observed == nil {
+			t.Fatalf("%s: source %q, observed %+v: want the observed traffic replayed", what, wi.Source, wi.Observed)
+		}
+		if wi.Observed.Requests != want || math.Abs(wi.RateRPS-wi.Observed.RateRPS) > 1e-9 || wi.Observed.RateRPS < 5 || wi.Observed.RateRPS > 20 {
+			t.Errorf("%s: observed %d requests at %.1f req/s, replayed at %.1f: want %d at about 12", what, wi.Observed.Requests, wi.Observed.RateRPS, wi.RateRPS, want)
+		}
+		ratio := wi.Predicted.MeanE2EMs / wi.Observed.MeanE2EMs
+		t.Logf("%s: observed mean E2E %.1f ms (p95 %.1f, TTFT %.1f) at %.1f req/s; predicted %.1f ms (p95 %.1f, TTFT %.1f): ratio %.2f; live %+v; predicted share %v",
+			what, wi.Observed.MeanE2EMs, wi.Observed.P95E2EMs, wi.Observed.MeanTTFTMs, wi.Observed.RateRPS, wi.Predicted.MeanE2EMs, wi.Predicted.P95E2EMs, wi.Predicted.MeanTTFTMs, ratio, wi.Live, wi.Predicted.ModelShare)
+		if ratio < 0.7 || ratio > 1.3 {
+			t.Errorf("%s: predicted mean E2E %.1f ms is not within ±30 %% of the observed %.1f ms (ratio %.2f)", what, wi.Predicted.MeanE2EMs, wi.Observed.MeanE2EMs, ratio)
+		}
+		return wi
 	}
-	if wi.Source != "observed" || wi.Observed == nil {
-		t.Fatalf("source %q, observed %+v: want the observed traffic replayed", wi.Source, wi.Observed)
-	}
-	if wi.Observed.Requests != n || math.Abs(wi.RateRPS-wi.Observed.RateRPS) > 1e-9 || wi.Observed.RateRPS < 5 || wi.Observed.RateRPS > 20 {
-		t.Errorf("observed %d requests at %.1f req/s, replayed at %.1f: want %d at about 12", wi.Observed.Requests, wi.Observed.RateRPS, wi.RateRPS, n)
-	}
-	var state map[string]any
-	call("GET", "/api/v1/clusters/"+cl.Data[0].ID+"/state", tok.AccessToken, nil, &state)
-	if rows, ok := state["state"].([]any); ok {
+	logState := func() (inFlight int) {
+		var state map[string]any
+		call("GET", "/api/v1/clusters/"+cl.Data[0].ID+"/state", tok.AccessToken, nil, &state)
+		rows, _ := state["state"].([]any)
 		for _, r := range rows {
 			m := r.(map[string]any)
-			t.Logf("state %v %v tpot_ms=%v served=%v est=%v", m["model"], m["gpu"], m["tpot_ms"], m["served"], m["estimate_source"])
+			f, _ := m["in_flight"].(float64)
+			inFlight += int(f)
+			t.Logf("state %v %v tpot_ms=%v served=%v in_flight=%v est=%v", m["model"], m["gpu"], m["tpot_ms"], m["served"], m["in_flight"], m["estimate_source"])
 		}
+		return inFlight
 	}
+
+	// 1. All traffic answered and metered: the replay starts from the
+	// live state of the 13 instances (idle, or nearly: a scrape can still
+	// show a request that has just finished).
+	wi := preview("after the traffic", n)
+	if wi.Live == nil || wi.Live.Instances != 13 {
+		t.Errorf("after the traffic: live %+v, want the state of 13 instances", wi.Live)
+	}
+	logState()
 	var u struct {
 		Rows []struct {
 			Group     string  `json:"group"`
@@ -199,11 +240,27 @@ func TestWhatIfMatchesObservedDemoTraffic(t *testing.T) {
 	for _, r := range u.Rows {
 		t.Logf("observed model %s: %d requests, mean E2E %.1f ms, %d output tokens", r.Group, r.Requests, r.MeanE2EMs, r.Out)
 	}
-	ratio := wi.Predicted.MeanE2EMs / wi.Observed.MeanE2EMs
-	t.Logf("observed mean E2E %.1f ms (p95 %.1f, TTFT %.1f) at %.1f req/s; predicted %.1f ms (p95 %.1f, TTFT %.1f): ratio %.2f",
-		wi.Observed.MeanE2EMs, wi.Observed.P95E2EMs, wi.Observed.MeanTTFTMs, wi.Observed.RateRPS, wi.Predicted.MeanE2EMs, wi.Predicted.P95E2EMs, wi.Predicted.MeanTTFTMs, ratio)
-	if ratio < 0.7 || ratio > 1.3 {
-		t.Errorf("predicted mean E2E %.1f ms is not within ±30 %% of the observed %.1f ms (ratio %.2f)", wi.Predicted.MeanE2EMs, wi.Observed.MeanE2EMs, ratio)
+
+	// 2. More traffic at the same rate, and the preview asked while it is
+	// in flight: the replay starts from the live state (requests on the
+	// engines now) and still predicts the recorded ones.
+	more := make(chan int, 1)
+	go func() { more <- send(100) }()
+	for end := time.Now().Add(30 * time.Second); ; {
+		if sent.Load() >= n+30 && logState() > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no request in flight during the second traffic phase")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wi = preview("with requests in flight", n)
+	if wi.Live == nil || wi.Live.InFlight == 0 {
+		t.Errorf("with requests in flight: live %+v, want the in-flight requests", wi.Live)
+	}
+	if failed := <-more; failed > 0 {
+		t.Errorf("%d of 100 more requests failed", failed)
 	}
 	cancel()
 	select {

@@ -137,10 +137,10 @@ const (
 
 const previewNote = "Model-based estimate: no GPU is measured. Each instance is emulated with engine parameters " +
 	"derived from the router's latency model for its tier (TPOT and TTFT at light load, load factor at max_concurrency), " +
-	"starting idle; quality is the router's own estimate for the model that served each request."
+	"starting from the requests the router sees in flight now; quality is the router's own estimate for the model that served each request."
 
 const previewObservedNote = "Replays this cluster's recent requests as recorded (prompt and output token counts) at their " +
-	"observed arrival rate, on engines derived from the router's live latency models, starting idle; " +
+	"observed arrival rate, on engines derived from the router's live latency models, starting from the requests in flight now; " +
 	"for the weights the traffic was routed with, compare the prediction with the observed figures."
 
 // Previewer answers what-if previews: it replays a cluster's recorded
@@ -261,20 +261,17 @@ func (p *Previewer) Preview(ctx context.Context, q routing.WhatIfQuery) (*routin
 	if observed != nil {
 		cfg.Rate, cfg.NoExplore = observed.RateRPS, true
 	}
-	// Start from the live router's per-instance state (what it has seen
-	// each instance serve), when it has routed this cluster.
+	// Start from the live router's per-instance state: what it has seen
+	// each instance serve, and the load each holds now.
+	var live *routing.WhatIfLive
+	liveKey := ""
 	if p.deps.State != nil {
-		if st := p.deps.State.State(rc.ID); len(st) > 0 {
-			cfg.Served = make(map[string]int, len(st))
-			for _, x := range st {
-				cfg.Served[x.ID] = x.Served
-			}
-		}
+		live, liveKey = liveState(&cfg, p.deps.State.State(rc.ID), ids)
 	}
 	key := func(wt routing.Weights) string {
-		return fmt.Sprintf("%s|%s|%s|%s|%v|%g|%g|%g|%s|%s|%d|%d|%.2f|%.2f|%.2f", q.TenantID, rc.ID, q.Version,
+		return fmt.Sprintf("%s|%s|%s|%s|%v|%g|%g|%g|%s|%s|%d|%d|%.2f|%.2f|%.2f|%s", q.TenantID, rc.ID, q.Version,
 			strings.Join(ids, ","), rc.Policy.Name, rc.Policy.Threshold, rc.Policy.Slack, rc.Policy.SwitchGain,
-			source, newest, len(items), n, wt.Quality, wt.Latency, wt.Cost)
+			source, newest, len(items), n, wt.Quality, wt.Latency, wt.Cost, liveKey)
 	}
 	pred, err := p.run(ctx, key(q.Weights), cfg, world, items, rc.Policy, q.Weights)
 	if err != nil {
@@ -282,7 +279,7 @@ func (p *Previewer) Preview(ctx context.Context, q routing.WhatIfQuery) (*routin
 	}
 	out := &routing.WhatIfResult{
 		Source: source, Requests: pred.N, Predicted: metricsOf(pred), Policy: rc.Policy.Name, RateRPS: pred.Rate,
-		Estimate: "model", QualitySource: "priors", Note: previewNote, Observed: observed,
+		Estimate: "model", QualitySource: "priors", Note: previewNote, Observed: observed, Live: live,
 	}
 	if observed != nil {
 		out.Note = previewObservedNote
@@ -398,4 +395,50 @@ func (p *Previewer) observedTraffic(ctx context.Context, tenantID, clusterID str
 	sort.Float64s(e2e)
 	obs.P95E2EMs = metrics.Percentile(e2e, 95)
 	return items, obs, rows[len(rows)-1].ID, nil
+}
+
+// liveState copies the live scheduler's per-instance view into the replay:
+// served counts (exploration state) and the load each replayed instance
+// (ids) holds now — running = the scheduler's in flight, or the scraped
+// running count when fresher and larger; its dead-reckoned pending decode
+// tokens (scaled up when the scrape shows more running than its own);
+// waiting = the scheduler's admission queue for it plus the scraped engine
+// queue. It returns the summary and a cache-key part.
+func liveState(cfg *WhatIfConfig, st []schedule.InstanceState, ids []string) (*routing.WhatIfLive, string) {
+	if len(st) == 0 {
+		return nil, ""
+	}
+	replayed := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		replayed[id] = true
+	}
+	cfg.Served = make(map[string]int, len(st))
+	cfg.Live = make(map[string]InitialLoad, len(st))
+	sum := &routing.WhatIfLive{}
+	var key strings.Builder
+	for _, x := range st {
+		cfg.Served[x.ID] = x.Served
+		if !replayed[x.ID] {
+			continue
+		}
+		run := x.InFlight
+		if r := int(math.Round(x.Running)); r > run && !math.IsInf(x.Running, 0) {
+			run = r
+		}
+		pend := 0.0
+		if x.InFlight > 0 && x.PendingTokens > 0 && !math.IsInf(x.PendingTokens, 0) {
+			pend = x.PendingTokens * float64(run) / float64(x.InFlight)
+		}
+		wait := max(x.Queue, 0) // held in the scheduler's admission queue for this instance
+		if x.Waiting > 0 && !math.IsInf(x.Waiting, 0) {
+			wait += int(math.Round(x.Waiting))
+		}
+		cfg.Live[x.ID] = InitialLoad{Running: run, PendingTokens: pend, Waiting: wait}
+		sum.Instances++
+		sum.InFlight += run
+		sum.Waiting += wait
+		sum.PendingTokens += pend
+		fmt.Fprintf(&key, "%s:%d/%d/%.0f;", x.ID, run, wait, pend)
+	}
+	return sum, key.String()
 }

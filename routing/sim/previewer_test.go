@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/schedule"
 )
 
 // fixedClock is a routing.Clock that reads a settable time.
@@ -212,4 +213,48 @@ func TestPreviewerObserved(t *testing.T) {
 	if r, err := p.Preview(context.Background(), q); err != nil || r.Source != "sample" || r.Observed != nil {
 		t.Fatalf("9 requests: %v source %q, want sample", err, r.Source)
 	}
+}
+
+// memState is a fixed live scheduler view (sim.LiveState).
+type memState map[string][]schedule.InstanceState
+
+func (m memState) State(clusterID string) []schedule.InstanceState { return m[clusterID] }
+
+// TestPreviewerStartsFromLiveState: a replay starts with the load the live
+// scheduler reports on each instance — here a full batch with many decode
+// tokens to go and a queue on the only small-1b instance — so its
+// requests wait behind it; the same question with no load starts idle.
+// The answer reports the state it started from, and a change of the live
+// load is not answered from the cache.
+func TestPreviewerStartsFromLiveState(t *testing.T) {
+	c := routing.Cluster{ID: "c1", Instances: []routing.Instance{
+		{ID: "i1", Model: "small-1b", GPU: "L4", MaxConcurrency: 4, PriceInPerMTok: 0.05, PriceOutPerMTok: 0.1},
+	}}
+	busy := schedule.InstanceState{ID: "i1", InFlight: 4, Running: 4, Waiting: 4, Queue: 2, PendingTokens: 4 * 400, Served: 50}
+	st := memState{"c1": {busy}}
+	p := newTestPreviewer(t, PreviewDeps{State: st})
+	q := routing.WhatIfQuery{TenantID: "t1", Cluster: c, Weights: routing.Weights{Quality: 1}, MaxRequests: 50}
+	loaded, err := p.Preview(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (&routing.WhatIfLive{Instances: 1, InFlight: 4, Waiting: 6, PendingTokens: 1600}); !cmp.Equal(loaded.Live, want) {
+		t.Errorf("live = %+v, want %+v", loaded.Live, want)
+	}
+	st["c1"] = []schedule.InstanceState{{ID: "i1", Served: 50}}
+	idle, err := p.Preview(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle.Live == nil || idle.Live.InFlight != 0 || idle.Live.Waiting != 0 {
+		t.Errorf("idle live = %+v", idle.Live)
+	}
+	// The first requests queue behind 10 live requests of ~400 tokens on
+	// 4 slots: a clearly longer mean E2E and TTFT than from idle.
+	if !(loaded.Predicted.MeanE2EMs > 1.3*idle.Predicted.MeanE2EMs && loaded.Predicted.MeanTTFTMs > 2*idle.Predicted.MeanTTFTMs) {
+		t.Errorf("from live load: mean E2E %.0f ms, TTFT %.0f ms; from idle: %.0f ms, %.0f ms",
+			loaded.Predicted.MeanE2EMs, loaded.Predicted.MeanTTFTMs, idle.Predicted.MeanE2EMs, idle.Predicted.MeanTTFTMs)
+	}
+	t.Logf("from live load: mean E2E %.0f ms, TTFT %.0f ms; from idle: %.0f ms, %.0f ms",
+		loaded.Predicted.MeanE2EMs, loaded.Predicted.MeanTTFTMs, idle.Predicted.MeanE2EMs, idle.Predicted.MeanTTFTMs)
 }

@@ -163,6 +163,10 @@ type WhatIfConfig struct {
 	// is the live router's start-up transient, and an unexplored tier's
 	// latency is only its prior, so a replay of steady traffic skips it.
 	NoExplore bool
+	// Live is the load each instance (by id) holds now, as the live
+	// scheduler sees it: the replay's engines start with it instead of
+	// idle. Absent ids start idle.
+	Live map[string]InitialLoad
 }
 
 // DefaultWhatIfConfig returns 300 requests at half the world's capacity
@@ -281,6 +285,20 @@ func WhatIf(ctx context.Context, cfg WhatIfConfig, deps WhatIfDeps, w *World, it
 	}
 	if len(items) < cfg.MaxRequests && len(items) < 50 {
 		run.N = min(cfg.MaxRequests, 50) // too few prompts: resample with replacement
+	}
+	if len(cfg.Live) > 0 {
+		// Start from the live load: the same sampled items and Poisson
+		// arrivals as without it, as a Replay with the live requests
+		// preloaded on the engines.
+		loads := make([]InitialLoad, len(w.Cluster.Instances))
+		for i, in := range w.Cluster.Instances {
+			loads[i] = cfg.Live[in.ID]
+		}
+		pre, err := preloads(w, loads)
+		if err != nil {
+			return Cell{}, err
+		}
+		run.Replay = &Replay{Items: workload.Sample(items, run.N, run.Seed), At: workload.Arrivals(run.N, run.Rate, run.Burstiness, run.Seed), Preload: pre}
 	}
 	res, err := Run(ctx, run, w, items, weights, r)
 	if err != nil {

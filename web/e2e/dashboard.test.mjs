@@ -195,6 +195,7 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
   assert.match(whatif, /Mean quality/, `what-if panel shows a prediction: ${whatif}`);
   assert.doesNotMatch(whatif, /not available|failed|NaN|undefined/, `what-if panel: ${whatif}`);
   assert.match(whatif, /sample workload of \d+ requests|\d+ recent requests/, `what-if names its workload: ${whatif}`);
+  assert.match(whatif, /starting idle|starting from the live state: \d+ requests? in flight and \d+ queued/, `what-if names the state it starts from: ${whatif}`);
   const wi = await apiAs(page, base, `/clusters/${await clusterId(page, base)}/whatif`, { method: 'POST', body: { weights: picked, max_requests: 50 } });
   for (const k of ['mean_quality', 'mean_e2e_ms', 'p95_e2e_ms', 'mean_ttft_ms', 'mean_cost_usd']) {
     assert.ok(Number.isFinite(wi.predicted[k]) && wi.predicted[k] > 0, `what-if ${k} is a positive number: ${JSON.stringify(wi)}`);

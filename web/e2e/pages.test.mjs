@@ -276,6 +276,7 @@ test('issue 15 pages in headless Chromium', { skip: missing && !CI ? missing : f
   assert.match(wtext, /last 55 requests/, wtext);
   assert.match(wtext, /observed [\d.]+ req\/s/, wtext);
   assert.match(wtext, /observed [\d.]+ (ms|s)/, 'observed latency next to the prediction');
+  assert.match(wtext, /starting from the live state: \d+ requests? in flight and \d+ queued on \d+ instances?/, `the live state it starts from: ${wtext}`);
   layout.push(...await shoot(page, 'pages-whatif'));
 
   for (const p of ['cluster', 'routing', 'keys', 'requests']) {

@@ -166,6 +166,12 @@ export function render(ctx) {
       h('div', { class: 'actions' }, saveBtn, revertBtn));
   }
 
+  // The live state the replay started from (POST …/whatif → live).
+  function liveText(l) {
+    if (!l) return 'starting idle (the router has not routed this cluster yet)';
+    return `starting from the live state: ${fmtInt(l.in_flight)} request${l.in_flight === 1 ? '' : 's'} in flight and ${fmtInt(l.waiting)} queued on ${fmtInt(l.instances)} instance${l.instances === 1 ? '' : 's'}`;
+  }
+
   function whatifView(r, w) {
     const p = r.predicted || r;
     const b = r.baseline || null;
@@ -186,7 +192,7 @@ export function render(ctx) {
       h('div', { class: 'stat-label' }, label), h('div', { class: 'stat-value' }, fmt(v)), delta(k, fmt, better),
       observed !== undefined && observed !== null ? h('div', { class: 'stat-sub observed' }, `observed ${fmt(observed)}`) : null);
     return h('div', { id: 'whatif-result', dataset: { source: r.source || '' } },
-      h('p', { class: 'muted small' }, `For ${fmtWeights(w)}: replaying ${src} through the simulator on engines derived from the router’s live latency models.`),
+      h('p', { class: 'muted small' }, `For ${fmtWeights(w)}: replaying ${src} through the simulator on engines derived from the router’s live latency models, ${liveText(r.live)}.`),
       h('div', { class: 'stats stats-small' },
         stat('Mean quality', p.mean_quality, fmtQ, 'mean_quality', 'up', obs ? obs.mean_predicted_quality : undefined),
         stat('Mean E2E latency', p.mean_e2e_ms, fmtMs, 'mean_e2e_ms', 'down', obs ? obs.mean_e2e_ms : undefined),
