@@ -12,6 +12,7 @@ import (
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/proxy"
+	"github.com/routebalance/routebalance/routing/quality"
 	"github.com/routebalance/routebalance/tenants"
 	"github.com/routebalance/routebalance/tenants/limits"
 )
@@ -44,6 +45,16 @@ type SpendGuard = dispatch.SpendGuard
 // estimate.KNN implements it.
 type QualityObserver interface {
 	ObserveQuality(prompt, model string, q float64)
+}
+
+// JudgeOffer is the per-cluster quality judge as the inference API sees
+// it (routing/quality.Judge): Wants is asked for each served,
+// non-streamed answer before it is read, Offer is then given it. Both
+// must be fast and never block. Judge calls themselves do not pass
+// through the inference API, so they are never offered.
+type JudgeOffer interface {
+	Wants(clusterID, requestID string) bool
+	Offer(s quality.Sample) bool
 }
 
 // ClusterQualityObserver is optional on a QualityObserver: it learns the
@@ -143,6 +154,8 @@ type InferenceDeps struct {
 	Meter   Meter
 	Spend   SpendGuard
 	Quality QualityObserver
+	// Judge, when set, is offered the served answers its clusters sample.
+	Judge JudgeOffer
 	// Limiter enforces the rate limits (default: this process's own
 	// *limits.Limiter on Clock; cmd injects one, the Redis limiter for
 	// several replicas).

@@ -375,6 +375,7 @@ func (x *exchange) answer(ctx context.Context, res dispatch.Result, err error) e
 	if err != nil {
 		return x.h.sendFailure(ctx, x, err)
 	}
+	x.h.offerJudge(x, res) // inference_judge.go
 	x.c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return x.c.Status(res.UpstreamStatus).Send(x.buf.b)
 }

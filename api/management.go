@@ -37,6 +37,8 @@ import (
 //	POST   /clusters/{id}/quality-data     JSON lines of labelled prompts → 202 (quality_data.go)
 //	GET    /clusters/{id}/quality-data     → build status, labels per model, validation AUC
 //	DELETE /clusters/{id}/quality-data     → 204
+//	GET    /clusters/{id}/quality-judge    → judge settings and what it did (quality_judge.go)
+//	PUT    /clusters/{id}/quality-judge    {enabled,model,sample_rate,monthly_budget_usd} → the same
 //	POST   /clusters/{id}/instances        {base_url,model,…,api_key?} → 201 instance
 //	GET    /clusters/{id}/instances        → list
 //	POST   /clusters/{id}/instances/test-connection {base_url,api_key?} → report
@@ -71,6 +73,8 @@ func (s *Server) mountManagement(r fiber.Router) {
 	a.Post("/clusters/:id/quality-data", s.uploadQualityData)
 	a.Get("/clusters/:id/quality-data", s.qualityData)
 	a.Delete("/clusters/:id/quality-data", s.deleteQualityData)
+	a.Get("/clusters/:id/quality-judge", s.qualityJudge)
+	a.Put("/clusters/:id/quality-judge", s.putQualityJudge)
 
 	a.Post("/clusters/:id/instances/test-connection", s.testConnection)
 	a.Post("/clusters/:id/instances", s.createInstance)

@@ -98,3 +98,60 @@ func TestQualityDataEndpoints(t *testing.T) {
 		t.Errorf("stored uploads after delete: %d, %v", len(all), err)
 	}
 }
+
+// TestQualityJudgeEndpoints sets a cluster's judge through the API over
+// a real Judge persisting on SQLite: validation, the model must be one the
+// cluster serves, another tenant's cluster is 404, and the settings
+// survive a new Judge on the same database.
+func TestQualityJudgeEndpoints(t *testing.T) {
+	db := dbtest.SQLite(t)
+	store := qualitysql.NewSQLite(db)
+	newJudge := func() *quality.Judge {
+		return quality.NewJudge(quality.JudgeConfig{}, quality.JudgeDeps{Store: store, Learner: nopLearner{}})
+	}
+	j := newJudge()
+	e := newEnv(t, dbtest.Engine{Name: "sqlite", SQLite: db}, true, func(d *Deps) { d.QualityJudge = j })
+	_, tok, _ := e.signup("ada@example.com")
+	_, other, _ := e.signup("bob@example.com")
+	cid := e.do("POST", "/api/v1/clusters", tok, map[string]any{"name": "prod"}).str("id")
+	if r := e.do("POST", "/api/v1/clusters/"+cid+"/instances", tok, map[string]any{"base_url": "http://127.0.0.1:9", "model": "big", "gpu": "L4"}); r.status != 201 {
+		t.Fatalf("create instance: %d %s", r.status, r.raw)
+	}
+	path := "/api/v1/clusters/" + cid + "/quality-judge"
+	if r := e.do("GET", path, tok, nil); r.status != 200 || !strings.Contains(r.raw, `"enabled":false`) {
+		t.Errorf("judge before it is set: %d %s", r.status, r.raw)
+	}
+	for _, tc := range []struct {
+		body  string
+		param string
+	}{
+		{`{"enabled":true,"model":"big","sample_rate":1.5,"monthly_budget_usd":5}`, "sample_rate"},
+		{`{"enabled":true,"model":"big","sample_rate":0.2,"monthly_budget_usd":0}`, "monthly_budget_usd"},
+		{`{"enabled":true,"model":"","sample_rate":0.2,"monthly_budget_usd":5}`, "model"},
+		{`{"enabled":true,"model":"gpt-x","sample_rate":0.2,"monthly_budget_usd":5}`, "model"},
+		{`{"enabled":true,"model":"big","sample_rate":"all","monthly_budget_usd":5}`, "sample_rate"},
+	} {
+		r := e.do("PUT", path, tok, tc.body)
+		if e, _ := r.body["error"].(map[string]any); r.status != 400 || e["param"] != tc.param {
+			t.Errorf("PUT %s: %d %s, want 400 with param %s", tc.body, r.status, r.raw, tc.param)
+		}
+	}
+	if r := e.do("PUT", path, other, `{"enabled":true,"model":"big","sample_rate":0.2,"monthly_budget_usd":5}`); r.status != 404 {
+		t.Errorf("another tenant's PUT: %d, want 404", r.status)
+	}
+	r := e.do("PUT", path, tok, `{"enabled":true,"model":"big","sample_rate":0.2,"monthly_budget_usd":5}`)
+	if r.status != 200 || !strings.Contains(r.raw, `"settings":{"enabled":true,"model":"big","sample_rate":0.2,"monthly_budget_usd":5}`) {
+		t.Fatalf("PUT: %d %s", r.status, r.raw)
+	}
+	again := newJudge()
+	if n, err := again.Restore(context.Background()); err != nil || n != 1 {
+		t.Fatalf("restore: %d, %v", n, err)
+	}
+	if set, _ := again.Settings(cid); !set.Enabled || set.Model != "big" || set.SampleRate != 0.2 || set.MonthlyBudgetUSD != 5 {
+		t.Errorf("restored settings %+v", set)
+	}
+}
+
+type nopLearner struct{}
+
+func (nopLearner) ObserveClusterQuality(string, string, string, float64) {}

@@ -102,6 +102,9 @@ type Deps struct {
 	// QualityData serves /api/v1/clusters/{id}/quality-data; nil answers
 	// 501 there.
 	QualityData QualityData
+	// QualityJudge serves /api/v1/clusters/{id}/quality-judge; nil
+	// answers 501 there.
+	QualityJudge QualityJudge
 	// Inference holds the OpenAI-compatible API's collaborators
 	// (api/inference.go).
 	Inference InferenceDeps

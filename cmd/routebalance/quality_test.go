@@ -12,7 +12,7 @@ import (
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 )
 
-func doReq(t *testing.T, method, url, token, body string) (*http.Response, string) {
+func doReq(t testing.TB, method, url, token, body string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

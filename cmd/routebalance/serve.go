@@ -26,6 +26,8 @@ import (
 	"github.com/routebalance/routebalance/api"
 	"github.com/routebalance/routebalance/billing/redisspend"
 	"github.com/routebalance/routebalance/migrations"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/estimate"
 	"github.com/routebalance/routebalance/routing/latency"
 	"github.com/routebalance/routebalance/routing/owner"
@@ -558,6 +560,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		deps.Inference.Cache = cache
 	}
 	deps.Inference.Quality = qstore // POST /v1/feedback teaches the cluster's own index
+	// The per-cluster LLM judge: its calls go through a dispatcher of
+	// their own (routed in the tenant's cluster, metered as judge usage),
+	// never through the inference API, so they are never sampled.
+	judgeDisp, err := dispatch.New(dispatch.Config{}, dispatch.Deps{Router: deps.Inference.Router, Upstream: px,
+		Meter: deps.Inference.Meter, Spend: deps.Inference.Spend, Log: log})
+	if err != nil {
+		return fmt.Errorf("judge dispatcher: %w", err)
+	}
+	judge := quality.NewJudge(quality.JudgeConfig{}, quality.JudgeDeps{Caller: judgeCaller{d: judgeDisp, clock: routing.WallClock{}},
+		Learner: qstore, Store: db.qualityStore(), Log: log})
+	if _, err := judge.Restore(ctx); err != nil {
+		return err
+	}
+	workers.Go(func() error { return judge.Run(bg) })
+	deps.QualityJudge, deps.Inference.Judge = judge, judge
 	// The what-if preview replays the ledger's traffic through a fresh
 	// Core with the same estimators, read-only (routing/sim.Previewer).
 	sample, err := demoSample()

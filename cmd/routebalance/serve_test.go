@@ -23,7 +23,7 @@ import (
 // startServe runs `routebalance serve` on a free loopback port with the
 // given data dir and returns its base URL and a stop function that returns
 // runServe's error.
-func startServe(t *testing.T, dataDir string, extra ...string) (string, func() error) {
+func startServe(t testing.TB, dataDir string, extra ...string) (string, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -154,7 +154,7 @@ func TestHealthcheckCommand(t *testing.T) {
 	}
 }
 
-func postJSON(t *testing.T, url, token, body string) map[string]any {
+func postJSON(t testing.TB, url, token, body string) map[string]any {
 	t.Helper()
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

@@ -36,6 +36,8 @@ type Config struct {
 	Tasks TaskLookup
 	// Faults are initial faults by instance index.
 	Faults map[int]Fault
+	// Judges make instances (by index) judge-kind instances (judge.go).
+	Judges map[int]*Judge
 	// Log receives lifecycle messages; nil discards.
 	Log *slog.Logger
 }
@@ -64,6 +66,14 @@ func (c *Config) Validate() error {
 		}
 		if err := f.Validate(); err != nil {
 			return fmt.Errorf("emulator: instance %d fault: %w", k, err)
+		}
+	}
+	for k, j := range c.Judges {
+		if k < 0 || k >= n {
+			return fmt.Errorf("emulator: judge at instance %d, but the cluster has %d", k, n)
+		}
+		if err := j.Validate(); err != nil {
+			return fmt.Errorf("emulator: instance %d: %w", k, err)
 		}
 	}
 	return nil
@@ -118,7 +128,7 @@ func StartCluster(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	for _, spec := range cfg.File.Instances() {
 		srv, err := NewServer(ServerConfig{Spec: spec, Lengths: cfg.File.OutputLengths, Seed: cfg.Seed, TimeScale: cfg.TimeScale,
-			ZeroLatency: cfg.ZeroLatency, Tasks: cfg.Tasks, Fault: cfg.Faults[spec.Index], Log: log, Vocab: vocab})
+			ZeroLatency: cfg.ZeroLatency, Tasks: cfg.Tasks, Fault: cfg.Faults[spec.Index], Judge: cfg.Judges[spec.Index], Log: log, Vocab: vocab})
 		if err != nil {
 			return fail(err)
 		}

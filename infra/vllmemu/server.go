@@ -45,6 +45,9 @@ type ServerConfig struct {
 	Fault Fault
 	// Log receives warnings; nil discards.
 	Log *slog.Logger
+	// Judge, when set, makes the instance a judge-kind instance
+	// (judge.go).
+	Judge *Judge
 	// Vocab is the tokenizer table /tokenize fills and /detokenize reads;
 	// share one across a cluster's instances. nil gives the instance its own.
 	Vocab *Vocab
@@ -63,6 +66,11 @@ func (c *ServerConfig) Validate() error {
 	}
 	if err := c.Fault.Validate(); err != nil {
 		return fmt.Errorf("fault: %w", err)
+	}
+	if c.Judge != nil {
+		if err := c.Judge.Validate(); err != nil {
+			return err
+		}
 	}
 	return c.Lengths.Validate()
 }
@@ -93,6 +101,9 @@ type Server struct {
 	nextID  uint64
 	created int64
 	vocab   *Vocab
+	judge   *Judge
+	seed    uint64
+	judged  atomic.Uint64
 }
 
 // stream is a request's progress as the driver reports it; fields are
@@ -130,6 +141,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		rng:     rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Spec.Index)+1)),
 		created: start.Unix(),
 		vocab:   cfg.Vocab,
+		judge:   cfg.Judge,
+		seed:    cfg.Seed,
 	}
 	if s.vocab == nil {
 		s.vocab = NewVocab()
@@ -398,6 +411,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.fail(w, err)
 		return
+	}
+	if s.judge != nil {
+		if _, _, ok := rubricTexts(j.prompt); ok {
+			s.serveJudgment(w, j, j.prompt)
+			return
+		}
 	}
 	s.serve(w, r, j)
 }

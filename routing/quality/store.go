@@ -579,6 +579,9 @@ func cloneMap[V any](m map[string]V) map[string]V {
 }
 
 func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
 	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
 		n--
 	}

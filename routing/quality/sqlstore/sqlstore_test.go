@@ -127,3 +127,31 @@ func TestUploadSurvivesRestart(t *testing.T) {
 		}
 	})
 }
+
+// TestJudgeSettingsStored saves, replaces and reads judge settings on both
+// engines; they go with their cluster.
+func TestJudgeSettingsStored(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, e dbtest.Engine) {
+		p, db := open(t, e)
+		pg := e.Pool != nil
+		exec(t, db, pg, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, '2026-01-01T00:00:00Z')`, "t1", "acme")
+		exec(t, db, pg, `INSERT INTO clusters (id, tenant_id, name, policy, created_at, updated_at) VALUES ('c1', 't1', 'c1', '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`)
+		ctx := context.Background()
+		for _, s := range []quality.JudgeSettings{{Enabled: true, Model: "a", SampleRate: 0.5, MonthlyBudgetUSD: 1}, {Enabled: true, Model: "b", SampleRate: 0.2, MonthlyBudgetUSD: 3}} {
+			if err := p.SaveJudge(ctx, "t1", "c1", s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := p.Judges(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(map[string]quality.JudgeSettings{"c1": {Enabled: true, Model: "b", SampleRate: 0.2, MonthlyBudgetUSD: 3}}, got); d != "" {
+			t.Errorf("judges (-want +got):\n%s", d)
+		}
+		exec(t, db, pg, `DELETE FROM clusters WHERE id = 'c1'`)
+		if got, err := p.Judges(ctx); err != nil || len(got) != 0 {
+			t.Errorf("after the cluster went: %v, %v", got, err)
+		}
+	})
+}
