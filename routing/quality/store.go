@@ -557,7 +557,7 @@ func emptyIndex() (*estimate.KNN, error) {
 	if err != nil {
 		return nil, err
 	}
-	return estimate.Build(context.Background(), nil, estimate.Config{}, estimate.BuildOptions{Embedder: emb, NoHead: true})
+	return estimate.Build(context.Background(), nil, estimate.Config{K: 10, SimPower: 4}, estimate.BuildOptions{Embedder: emb, NoHead: true})
 }
 
 func labelCounts(recs []estimate.Record) map[string]int {
