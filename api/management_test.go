@@ -182,6 +182,20 @@ func TestManagementFlow(t *testing.T) {
 		if ids, _ := r.body["model_ids"].([]any); len(ids) != 1 || ids[0] != "qwen2.5-7b" {
 			t.Errorf("model_ids = %v", r.body["model_ids"])
 		}
+		// vLLM's model card does not say what the model serves: no kind.
+		if k, ok := r.body["kind"]; ok || len(r.body["model_kinds"].(map[string]any)) != 0 {
+			t.Errorf("kind %v, model_kinds %v from a vLLM-shaped list; want none", k, r.body["model_kinds"])
+		}
+		infinity := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if req.URL.Path == "/v1/models" {
+				io.WriteString(w, `{"object":"list","data":[{"id":"bge-small","object":"model","owned_by":"infinity","capabilities":["embed"]}]}`)
+			}
+		}))
+		defer infinity.Close()
+		r = e.do("POST", "/api/v1/clusters/"+cid+"/instances/test-connection", tok, map[string]any{"base_url": infinity.URL})
+		if mk, _ := r.body["model_kinds"].(map[string]any); r.status != 200 || r.body["kind"] != "embedding" || mk["bge-small"] != "embedding" {
+			t.Errorf("test-connection to a server that says embed: %d %s", r.status, r.raw)
+		}
 		r = e.do("POST", "/api/v1/clusters/"+cid+"/instances/test-connection", tok, map[string]any{"base_url": upstream.URL})
 		if r.status != 200 || r.body["ok"] != false {
 			t.Errorf("test-connection without the upstream key should report failure: %d %s", r.status, r.raw)

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/routebalance/routebalance/routing"
 )
 
 // ProbeResult is what one endpoint of a connection test answered.
@@ -26,8 +28,16 @@ type ConnectionReport struct {
 	Health  ProbeResult `json:"health"`
 	Models  ProbeResult `json:"models"`
 	// ModelIDs are the served model names /v1/models reported.
-	ModelIDs  []string `json:"model_ids"`
-	LatencyMs float64  `json:"latency_ms"`
+	ModelIDs []string `json:"model_ids"`
+	// ModelKinds are the kinds ("chat" or "embedding") the server states
+	// for its models, only for those whose /v1/models entry says
+	// (probe_kind.go); vLLM's entries do not, so register a vLLM
+	// embedding instance with kind "embedding".
+	ModelKinds map[string]routing.Kind `json:"model_kinds"`
+	// Kind is the kind to register with when every listed model's entry
+	// states the same one, else empty.
+	Kind      routing.Kind `json:"kind,omitempty"`
+	LatencyMs float64      `json:"latency_ms"`
 }
 
 // TestConnection checks that a vLLM-compatible server answers at baseURL:
@@ -49,7 +59,7 @@ func (s *Service) TestConnection(ctx context.Context, baseURL, apiKey string) (C
 	}
 	client := s.probeClient()
 	defer client.CloseIdleConnections()
-	rep := ConnectionReport{BaseURL: u, ModelIDs: []string{}}
+	rep := ConnectionReport{BaseURL: u, ModelIDs: []string{}, ModelKinds: map[string]routing.Kind{}}
 	start := time.Now()
 	get := func(path string) (ProbeResult, []byte) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -86,8 +96,13 @@ func (s *Service) TestConnection(ctx context.Context, baseURL, apiKey string) (C
 				ID string `json:"id"`
 			} `json:"data"`
 		}
+		var cards struct {
+			Data []json.RawMessage `json:"data"`
+		}
 		if err := json.Unmarshal(body, &list); err != nil {
 			rep.Models.OK, rep.Models.Error = false, "/v1/models is not an OpenAI model list: "+err.Error()
+		} else if json.Unmarshal(body, &cards) == nil {
+			rep.ModelKinds, rep.Kind = modelKinds(cards.Data)
 		}
 		for _, m := range list.Data {
 			rep.ModelIDs = append(rep.ModelIDs, m.ID)
