@@ -98,12 +98,13 @@ func (s *Server) accessLog(c *fiber.Ctx) error {
 }
 
 // logRequest writes the access line of the answered request c that
-// started at start. Only the line allocates: the attributes sit in an
-// array on this stack and point at the request's own buffers, the client
-// address comes from s.ips, and slog formats them into its pooled buffer
-// (slog itself allocates twice per line: its Record keeps five attributes
-// inline and spills the rest into one slice, and its JSON handler encodes
-// a float through encoding/json). Nothing is built when the level is off.
+// started at start. Nothing allocates: the attributes sit in an array on
+// this stack and point at the request's own buffers, the client address
+// comes from s.ips, and with Deps.AccessLog the line is encoded into a
+// pooled buffer (through slog, without it, slog allocates twice per line:
+// its Record spills attributes past five into a slice and its JSON handler
+// encodes the float through encoding/json). Nothing is built when the
+// level is off.
 // With sl (a stream wrapped by streamLogged) the line is handed to sl, to
 // be written when the stream ends.
 func (s *Server) logRequest(c *fiber.Ctx, start time.Time, sl *streamLog) {
@@ -141,9 +142,19 @@ func (s *Server) logRequest(c *fiber.Ctx, start time.Time, sl *streamLog) {
 		}
 	}
 	if sl != nil {
-		sl.log, sl.start, sl.level = s.log, start, level
+		sl.s, sl.start, sl.level = s, start, level
 		sl.attrs = append(make([]slog.Attr, 0, len(attrs)+2), attrs...)
 		sl.deferred = true
+		return
+	}
+	s.writeAccessLine(ctx, level, attrs)
+}
+
+// writeAccessLine writes the access line: straight to Deps.AccessLog when
+// it is set (the same bytes slog's JSON handler writes, no allocation),
+// else through the logger.
+func (s *Server) writeAccessLine(ctx context.Context, level slog.Level, attrs []slog.Attr) {
+	if s.access != nil && s.access.write(time.Now(), level, "http request", attrs) {
 		return
 	}
 	s.log.LogAttrs(ctx, level, "http request", attrs...)
@@ -243,7 +254,7 @@ type accessLogOn struct{}
 type streamLog struct {
 	ready    chan struct{}
 	deferred bool // set before ready is closed: there is a line to write
-	log      *slog.Logger
+	s        *Server
 	start    time.Time
 	level    slog.Level
 	attrs    []slog.Attr
@@ -278,7 +289,7 @@ func streamLogged(c *fiber.Ctx, sw fasthttp.StreamWriter) fasthttp.StreamWriter 
 					attrs[i] = slog.Float64("duration_ms", float64(time.Since(sl.start).Microseconds())/1000)
 				}
 			}
-			sl.log.LogAttrs(context.Background(), sl.level, "http request", attrs...)
+			sl.s.writeAccessLine(context.Background(), sl.level, attrs)
 		}()
 		sw(bw)
 	}

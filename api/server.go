@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -30,7 +31,9 @@ type Server struct {
 	cfg  Config
 	deps Deps
 	log  *slog.Logger
-	ips  ipStrings // the access log's interned client addresses
+	// access writes the access lines without slog (Deps.AccessLog).
+	access *accessWriter
+	ips    ipStrings // the access log's interned client addresses
 	// ipFromHeader is set when fiber reads the client address from a
 	// proxy header (then the access log asks c.IP()).
 	ipFromHeader bool
@@ -92,6 +95,12 @@ type ClusterState func(clusterID string) any
 // Deps are the collaborators the handlers use.
 type Deps struct {
 	Log *slog.Logger
+	// AccessLog, when set, receives the access log's lines directly, in
+	// the format of slog.NewJSONHandler (give it the writer Log's JSON
+	// handler writes to): encoded into a pooled buffer, no allocation per
+	// line. Log's level still decides which lines are written. Nil: the
+	// lines go through Log.
+	AccessLog io.Writer
 	// Tenants runs the management API and authenticates sessions.
 	Tenants *tenants.Service
 	// Ready backs /readyz; nil reports ready.
@@ -150,6 +159,9 @@ func New(cfg Config, deps Deps) *Server {
 		deps.Log = slog.Default()
 	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Log, clock: deps.Inference.Clock, ips: ipStrings{max: 4096}}
+	if deps.AccessLog != nil {
+		s.access = newAccessWriter(deps.AccessLog)
+	}
 	if s.clock == nil {
 		s.clock = routing.WallClock{}
 	}

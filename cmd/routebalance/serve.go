@@ -417,7 +417,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// replica's cached key resolutions at once.
 	workers.Go(func() error { return store.Watch(bg, svc.InvalidateTenant, svc.InvalidateAll) })
 
-	deps := api.Deps{Log: log, Tenants: svc, Ready: db.ready}
+	deps := api.Deps{Log: log, AccessLog: stderr, Tenants: svc, Ready: db.ready}
 
 	// Estimators: latency models always (online least squares from the
 	// tier priors, plus trained XGBoost models from --latency-dir); the
