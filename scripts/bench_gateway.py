@@ -111,6 +111,11 @@ def loadavg():
         return float(f.read().split()[0])
 
 
+def metrics_port(a):
+    """The gateway's /metrics listener (serve --metrics-addr; /metrics is not on the main listener)."""
+    return a.port + 3
+
+
 def go_mallocs(port):
     try:
         body = urllib.request.urlopen(f'http://127.0.0.1:{port}/metrics', timeout=5).read().decode()
@@ -176,7 +181,8 @@ class RB:
     def start(self, rnd, extra=()):
         log = open(os.path.join(self.a.out, f'{self.name}.r{rnd}.serve.log'), 'w')
         self.proc = subprocess.Popen([self.a.bin, 'serve', '--allow-private-endpoints', '--addr',
-                                      f'127.0.0.1:{self.a.port}'] + self.args + list(extra), stdout=log, stderr=log)
+                                      f'127.0.0.1:{self.a.port}', '--metrics-addr', f'127.0.0.1:{metrics_port(self.a)}']
+                                     + self.args + list(extra), stdout=log, stderr=log)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -295,9 +301,9 @@ def main():
                 probe = rb.probe(a.direct_model) if rb else None
                 if a.warmup > 0:
                     run_wrk(lua, port, 64, a.warmup, env, gw, a.emulator_pid, log)
-                m0 = go_mallocs(port) if rb else None
+                m0 = go_mallocs(metrics_port(a)) if rb else None
                 hi = run_wrk(lua, port, 64, a.duration, env, gw, a.emulator_pid, log)
-                m1 = go_mallocs(port) if rb else None
+                m1 = go_mallocs(metrics_port(a)) if rb else None
                 lo = run_wrk(lua, port, 1, a.duration, env, gw, a.emulator_pid, log)
                 row = {'round': rnd + 1, 'target': t, 'c64': hi, 'c1': lo}
                 if m0 and m1:

@@ -36,7 +36,8 @@
 #      database postgres://postgres@127.0.0.1:5432/test?sslmode=disable; PG=0
 #      skips them), ALLOC_BENCH (default 1), BASE_PORT (emulator, default
 #      18600), PORT (gateways, default 18680), BIN (a built routebalance binary
-#      to use instead of building one), PROFILE (a RouteBalance target, e.g.
+#      to use instead of building one; PORT+1 (nginx), PORT+2 (pprof) and
+#      PORT+3 (the gateway's /metrics) are used too), PROFILE (a RouteBalance target, e.g.
 #      rb-full: after the rounds, CPU and allocation profiles of it at c=64
 #      through --pprof-addr, top lists printed, files in OUT_DIR).
 set -euo pipefail
