@@ -168,6 +168,7 @@ type infEnv struct {
 	keys    *keyTable
 	quality *qualityLog
 	p       *tenants.Principal
+	fwd     *Forwarder // envOpts.forward
 }
 
 type envOpts struct {
@@ -181,6 +182,7 @@ type envOpts struct {
 	logTo      io.Writer       // the server's JSON log (default discarded)
 	router     Router          // the router behind dispatchtest.Router (default: the fake, or the real one with realRouter)
 	observer   QualityObserver // the feedback observer (default a qualityLog with quality)
+	forward    *Forwarder      // the several-replica step (inference_forward_test.go)
 }
 
 func principal(tenantID string, instances []tenants.Instance) *tenants.Principal {
@@ -217,7 +219,8 @@ func newInfEnv(t testing.TB, o envOpts) *infEnv {
 		keys:    map[string]*tenants.Principal{testKey: e.p, revokedKey: e.p, otherKey: principal("t2", o.instances)},
 		revoked: map[string]bool{revokedKey: true},
 	}
-	deps := InferenceDeps{Keys: e.keys, Router: e.router, Meter: e.meter, Spend: o.spend, Tracer: o.tracer}
+	deps := InferenceDeps{Keys: e.keys, Router: e.router, Meter: e.meter, Spend: o.spend, Tracer: o.tracer, Forward: o.forward}
+	e.fwd = o.forward
 	if o.quality {
 		e.quality = &qualityLog{}
 		deps.Quality = e.quality
