@@ -3,16 +3,20 @@
 # the same secrets) in front of ONE emulated calibrated reference-13 cluster
 # in real time, Poisson load spread round-robin over the replicas by
 # `routebalance bench`. Each arm gets fresh replicas and a fresh schema, so
-# no routing state carries over. Usage (from the repository root):
+# no routing state carries over. An arm is R (the owner lease on: one
+# replica schedules the cluster, the others forward to it) or R:nolease
+# (--owner-lease=false: every replica schedules what it receives). The
+# summary at the end gives each arm's mean E2E and its ratio to the first
+# arm. Usage (from the repository root):
 #   scripts/bench_replicas.sh DATA.jsonl INDEX_DIR [OUT_DIR]
-# Env: REPLICAS (list, default "1 3"), RATE (default 24), N (default 1200),
+# Env: REPLICAS (arms, default "1 3:nolease 3"), RATE (default 24), N (default 1200),
 #      DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test?sslmode=disable),
 #      REDIS_URL (default redis://127.0.0.1:6379/0), BASE_PORT (default 18700), ADDR_PORT (default 18780).
 set -euo pipefail
 data=${1:?usage: scripts/bench_replicas.sh DATA.jsonl INDEX_DIR [OUT_DIR]}
 index=${2:?usage: scripts/bench_replicas.sh DATA.jsonl INDEX_DIR [OUT_DIR]}
 out=${3:-out/replicas}
-REPLICAS=${REPLICAS:-"1 3"}
+REPLICAS=${REPLICAS:-"1 3:nolease 3"}
 RATE=${RATE:-24}
 N=${N:-1200}
 DB=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
@@ -41,7 +45,12 @@ kill -0 "${pids[0]}" 2>/dev/null || { echo "emulator did not start (ports $BASE_
 
 secret=$(openssl rand -hex 32)
 enc=$(openssl rand -hex 32)
-for r in $REPLICAS; do
+for armspec in $REPLICAS; do
+  r=${armspec%%:*}
+  mode=lease
+  lease=true
+  case "$armspec" in *:nolease) mode=nolease; lease=false;; esac
+  arm_name="r$r-$mode"
   schema="rbbench_$(openssl rand -hex 4)"
   schemas+=("$schema")
   psql -q "$DB" -c "CREATE SCHEMA $schema" >/dev/null
@@ -52,14 +61,14 @@ for r in $REPLICAS; do
   arm=()
   for k in $(seq 0 $((r - 1))); do
     addr="127.0.0.1:$((ADDR_PORT + k))"
-    "$bin" serve --allow-private-endpoints --data-dir "$work/data-$r-$k" --addr "$addr" --database-url "$url" \
+    "$bin" serve --allow-private-endpoints --data-dir "$work/data-$arm_name-$k" --addr "$addr" --database-url "$url" \
       --redis-url "$REDIS" --redis-prefix "$prefix" --jwt-secret "$secret" --encryption-key "$enc" \
-      --index-dir "$index" >"$work/serve-$r-$k.log" 2>&1 &
+      --index-dir "$index" --owner-lease="$lease" --replica-id "replica-$k" >"$work/serve-$arm_name-$k.log" 2>&1 &
     pids+=($!)
     arm+=($!)
     bases+=("http://$addr")
     for _ in $(seq 150); do curl -sf "http://$addr/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
-    kill -0 "${arm[-1]}" 2>/dev/null || { echo "serve did not start ($addr):"; cat "$work/serve-$r-$k.log"; exit 1; }
+    kill -0 "${arm[-1]}" 2>/dev/null || { echo "serve did not start ($addr):"; cat "$work/serve-$arm_name-$k.log"; exit 1; }
   done
   B=${bases[0]}
   TOKEN=$(curl -s "$B/api/v1/signup" -H 'Content-Type: application/json' \
@@ -85,9 +94,22 @@ PY
   KEY=$(curl -s "$B/api/v1/keys" -H "$AUTH" -d '{"name":"bench"}' | sed -E 's/.*"key":"([^"]+)".*/\1/')
   sleep 1
   urls=$(IFS=,; echo "${bases[*]}")
-  echo "### $r replica(s): $urls"
+  echo "### $r replica(s), owner lease $lease: $urls"
   "$bin" bench --url "$urls" --api-key "$KEY" --data "$data" --rate "$RATE" --n "$N" --stream \
-    --preset balanced --cluster infra/clusters/reference-13.json --out "$out/replicas_r$r.json"
+    --preset balanced --cluster infra/clusters/reference-13.json --out "$out/replicas_$arm_name.json"
   for p in "${arm[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${arm[@]}"; do wait "$p" 2>/dev/null || true; done
 done
+python3 - "$out" $REPLICAS <<'PY'
+import json, sys
+out, arms = sys.argv[1], sys.argv[2:]
+base = None
+print("arm                 served  mean E2E (s)  p99 E2E (s)  vs first arm")
+for a in arms:
+    r, _, mode = a.partition(":")
+    name = f"r{r}-{mode or 'lease'}"
+    s = json.load(open(f"{out}/replicas_{name}.json"))["router"]["summary"]
+    mean = s["e2el_ms"]["mean"] / 1000
+    base = base or mean
+    print(f"{name:18s} {s['completed']:7d}  {mean:12.3f}  {s['e2el_ms']['p99']/1000:11.3f}  {mean/base:6.3f}")
+PY

@@ -392,3 +392,56 @@ func TestReplicasNeedRedis(t *testing.T) {
 		t.Errorf("failMode sometimes: err = %v", err)
 	}
 }
+
+// TestOwnerLeaseFromDownwardAPI: with Redis each pod advertises its own IP
+// (status.podIP) and name (metadata.name) for the owner lease, POD_IP
+// defined before the variable that expands it; without Redis none of it.
+func TestOwnerLeaseFromDownwardAPI(t *testing.T) {
+	c := loadChart(t)
+	rendered, err := render(t, c, "values-production.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeAll(t, rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr := objs["Deployment"][0].(*appsv1.Deployment).Spec.Template.Spec.Containers[0]
+	idx := map[string]int{}
+	for i, e := range ctr.Env {
+		idx[e.Name] = i
+	}
+	ip, ok := envValue(ctr, "POD_IP")
+	if !ok || ip.ValueFrom == nil || ip.ValueFrom.FieldRef == nil || ip.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Fatalf("POD_IP: %+v, want the downward API's status.podIP", ip)
+	}
+	id, ok := envValue(ctr, "ROUTEBALANCE_REPLICA_ID")
+	if !ok || id.ValueFrom == nil || id.ValueFrom.FieldRef == nil || id.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Fatalf("ROUTEBALANCE_REPLICA_ID: %+v, want metadata.name", id)
+	}
+	u, ok := envValue(ctr, "ROUTEBALANCE_ADVERTISE_URL")
+	port := ctr.Ports[0].ContainerPort
+	if want := fmt.Sprintf("http://$(POD_IP):%d", port); !ok || u.Value != want {
+		t.Fatalf("ROUTEBALANCE_ADVERTISE_URL = %q, want %q", u.Value, want)
+	}
+	if idx["POD_IP"] > idx["ROUTEBALANCE_ADVERTISE_URL"] {
+		t.Error("POD_IP is defined after ROUTEBALANCE_ADVERTISE_URL, so $(POD_IP) would not expand")
+	}
+	if l, _ := envValue(ctr, "ROUTEBALANCE_OWNER_LEASE"); l.Value != "true" {
+		t.Errorf("ROUTEBALANCE_OWNER_LEASE = %q, want true by default", l.Value)
+	}
+	rendered, err = render(t, c, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err = decodeAll(t, rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr = objs["Deployment"][0].(*appsv1.Deployment).Spec.Template.Spec.Containers[0]
+	for _, name := range []string{"POD_IP", "ROUTEBALANCE_ADVERTISE_URL", "ROUTEBALANCE_OWNER_LEASE"} {
+		if _, ok := envValue(ctr, name); ok {
+			t.Errorf("%s set without Redis", name)
+		}
+	}
+}
