@@ -93,6 +93,14 @@ func (h *inference) feedback(c *fiber.Ctx) error {
 	if p == nil {
 		return err
 	}
+	// The request was remembered by the replica that decided it: the
+	// owner of the key's cluster (inference_forward.go).
+	if cl, ok := p.RoutingCluster(); ok {
+		x := &exchange{h: h, c: c, id: requestIDOf(c), p: p, cluster: cl}
+		if handled, _, err := h.deps.Forward.step(c.UserContext(), x, func() {}); handled {
+			return err
+		}
+	}
 	if h.deps.Quality == nil {
 		return sendError(c, http.StatusNotImplemented, typeInvalidRequest, "feedback_disabled", "",
 			"quality feedback is not enabled on this server")

@@ -29,11 +29,14 @@ import (
 const hdrReplica = "X-RouteBalance-Replica"
 
 // Owners names the replica that schedules a cluster's requests
-// ((*owner.Leases)). Lookup is called for every request on this replica;
-// forward false means route here. Unreachable reports a failed connection
-// to owner. Both are safe for concurrent use.
+// ((*owner.Leases)). Lookup is called for every request this replica
+// receives from a client; forward false means route here. Touch is called
+// for every request forwarded here (it keeps a held lease from idling
+// out). Unreachable reports a failed connection to owner. All are safe for
+// concurrent use.
 type Owners interface {
 	Lookup(ctx context.Context, cluster string) (o owner.Replica, forward bool)
+	Touch(cluster string)
 	Unreachable(cluster string, o owner.Replica)
 }
 
@@ -141,6 +144,9 @@ func (f *Forwarder) step(ctx context.Context, x *exchange, done func()) (handled
 				"the "+owner.Header+" header is only for requests between replicas: "+err.Error())
 		}
 		f.stats.received.Add(1)
+		if f.owners != nil {
+			f.owners.Touch(x.cluster.ID)
+		}
 		return false, false, nil
 	}
 	if f.owners == nil || f.signer == nil {

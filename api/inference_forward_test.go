@@ -35,6 +35,8 @@ func (o *fixedOwner) Lookup(_ context.Context, _ string) (owner.Replica, bool) {
 	return owner.Replica{ID: "owner", URL: o.url}, true
 }
 
+func (o *fixedOwner) Touch(string) {}
+
 func (o *fixedOwner) Unreachable(string, owner.Replica) {
 	o.mu.Lock()
 	o.unreachable++
@@ -52,15 +54,19 @@ func testSigner(t testing.TB) *owner.Signer {
 // ownerPair is an owner replica and an entry replica that forwards every
 // request to it, over one fake vLLM instance.
 func ownerPair(t testing.TB, ownerURL string) (entry, own *infEnv, owners *fixedOwner, up *vllmtest.Server) {
+	return ownerPairWith(t, ownerURL, false)
+}
+
+func ownerPairWith(t testing.TB, ownerURL string, quality bool) (entry, own *infEnv, owners *fixedOwner, up *vllmtest.Server) {
 	up = vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 4})
 	s := testSigner(t)
 	ins := []tenants.Instance{inst("i1", up.URL, "m")}
-	own = newInfEnv(t, envOpts{instances: ins, forward: NewForwarder(ForwardConfig{Replica: "owner"}, nil, s, nil)})
+	own = newInfEnv(t, envOpts{instances: ins, quality: quality, forward: NewForwarder(ForwardConfig{Replica: "owner"}, nil, s, nil)})
 	if ownerURL == "" {
 		ownerURL = own.url
 	}
 	owners = &fixedOwner{url: ownerURL}
-	entry = newInfEnv(t, envOpts{instances: ins, forward: NewForwarder(ForwardConfig{Replica: "entry"}, owners, s, nil)})
+	entry = newInfEnv(t, envOpts{instances: ins, quality: quality, forward: NewForwarder(ForwardConfig{Replica: "entry"}, owners, s, nil)})
 	return entry, own, owners, up
 }
 
@@ -102,6 +108,31 @@ func TestForwardToOwner(t *testing.T) {
 	// last request was the direct one, so look at the first.
 	if p := own.router.Requests()[0].Priority; p != routing.PriorityHigh {
 		t.Fatalf("the owner routed the forwarded request at priority %v, want the client's X-RouteBalance-Priority high", p)
+	}
+}
+
+// Feedback goes to the replica that remembers the request: the owner.
+func TestForwardFeedbackToOwner(t *testing.T) {
+	entry, own, _, _ := ownerPairWith(t, "", true)
+	res, body := entry.post(t, "/v1/chat/completions", testKey, `{"model":"m","messages":[{"role":"user","content":"rate me"}]}`, nil)
+	id := res.Header.Get(HeaderRequestID)
+	if res.StatusCode != 200 || id == "" {
+		t.Fatalf("completion: %d %s", res.StatusCode, body)
+	}
+	res, body = entry.post(t, "/v1/feedback", testKey, `{"request_id":"`+id+`","score":0.75}`, nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("feedback via the entry replica: %d %s, want 200 from the owner", res.StatusCode, body)
+	}
+	own.quality.mu.Lock()
+	got := append([]string(nil), own.quality.got...)
+	own.quality.mu.Unlock()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "rate me|m|0.75") {
+		t.Fatalf("the owner's quality observer got %q, want the forwarded score", got)
+	}
+	entry.quality.mu.Lock()
+	defer entry.quality.mu.Unlock()
+	if len(entry.quality.got) != 0 {
+		t.Fatalf("the entry replica observed %q itself", entry.quality.got)
 	}
 }
 

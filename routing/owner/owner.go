@@ -303,6 +303,18 @@ func (l *Leases) Unreachable(cluster string, owner Replica) {
 	}
 }
 
+// Touch records a request for cluster that reached this replica without
+// a Lookup (forwarded here by another replica), so a held lease is not
+// released as idle while the cluster's traffic arrives only by forwards.
+func (l *Leases) Touch(cluster string) {
+	now := l.clock.Now()
+	l.mu.Lock()
+	if e := l.m[cluster]; e != nil && e.mine {
+		e.lastUsed = now
+	}
+	l.mu.Unlock()
+}
+
 // Holds reports whether this replica currently claims cluster (tests,
 // diagnostics).
 func (l *Leases) Holds(cluster string) bool {

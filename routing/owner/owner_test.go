@@ -166,8 +166,13 @@ func TestLeaseReleaseAtStopAndIdle(t *testing.T) {
 	// Idle: a lease with no request for Idle is released at the next renewal.
 	c := replica(t, prefix, "c", Config{TTL: 10 * time.Second, Idle: 50 * time.Millisecond})
 	c.Lookup(ctx, "idle")
+	c.Lookup(ctx, "forwarded")
 	time.Sleep(60 * time.Millisecond)
+	c.Touch("forwarded") // its requests arrive forwarded: not idle
 	c.renew(ctx)
+	if !c.Holds("forwarded") {
+		t.Fatal("a lease whose requests arrive by forwards was released as idle")
+	}
 	if c.Holds("idle") || rdb.Exists(ctx, prefix+":idle").Val() != 0 {
 		t.Fatal("an idle lease was not released")
 	}
