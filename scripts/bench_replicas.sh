@@ -11,7 +11,8 @@
 #   scripts/bench_replicas.sh DATA.jsonl INDEX_DIR [OUT_DIR]
 # Env: REPLICAS (arms, default "1 3:nolease 3"), RATE (default 24), N (default 1200),
 #      DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test?sslmode=disable),
-#      REDIS_URL (default redis://127.0.0.1:6379/0), BASE_PORT (default 18700), ADDR_PORT (default 18780).
+#      REDIS_URL (default redis://127.0.0.1:6379/0), BASE_PORT (default 18700), ADDR_PORT (default 18780;
+#      replica k listens on ADDR_PORT+k, its /metrics on ADDR_PORT+50+k).
 set -euo pipefail
 data=${1:?usage: scripts/bench_replicas.sh DATA.jsonl INDEX_DIR [OUT_DIR]}
 index=${2:?usage: scripts/bench_replicas.sh DATA.jsonl INDEX_DIR [OUT_DIR]}
@@ -61,9 +62,10 @@ for armspec in $REPLICAS; do
   arm=()
   for k in $(seq 0 $((r - 1))); do
     addr="127.0.0.1:$((ADDR_PORT + k))"
+    maddr="127.0.0.1:$((ADDR_PORT + 50 + k))"
     "$bin" serve --allow-private-endpoints --data-dir "$work/data-$arm_name-$k" --addr "$addr" --database-url "$url" \
       --redis-url "$REDIS" --redis-prefix "$prefix" --jwt-secret "$secret" --encryption-key "$enc" \
-      --index-dir "$index" --owner-lease="$lease" --replica-id "replica-$k" >"$work/serve-$arm_name-$k.log" 2>&1 &
+      --index-dir "$index" "--owner-lease=$lease" --replica-id "replica-$k" --metrics-addr "$maddr" >"$work/serve-$arm_name-$k.log" 2>&1 &
     pids+=($!)
     arm+=($!)
     bases+=("http://$addr")
@@ -97,6 +99,11 @@ PY
   echo "### $r replica(s), owner lease $lease: $urls"
   "$bin" bench --url "$urls" --api-key "$KEY" --data "$data" --rate "$RATE" --n "$N" --stream \
     --preset balanced --cluster infra/clusters/reference-13.json --out "$out/replicas_$arm_name.json"
+  # Who decided and who forwarded (routing/owner): each replica's counters.
+  for k in $(seq 0 $((r - 1))); do
+    m=$(curl -s "http://127.0.0.1:$((ADDR_PORT + 50 + k))/metrics" | grep -E '^routebalance_(forward_[a-z_]+_total|owner_leases_held|decision_duration_seconds_count)' | awk '{print $1"="$2}' | tr '\n' ' ')
+    echo "replica-$k: $m"
+  done
   for p in "${arm[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${arm[@]}"; do wait "$p" 2>/dev/null || true; done
 done
