@@ -123,6 +123,9 @@ type Deps struct {
 	MeterStats func() billing.MeterStats
 	// Outbox reads the Stripe outbox backlog.
 	Outbox OutboxReader
+	// Replicas returns the forwarding and owner-lease counters of a
+	// replica among several (replicas.go).
+	Replicas func() ReplicaStats
 	// Clock dates the outbox backlog (default the wall clock).
 	Clock routing.Clock
 	// Log reports collector failures (default slog.Default()).
@@ -152,6 +155,7 @@ type Metrics struct {
 	clusters      map[string]struct{} // clusters seen by Router, read by the state collector
 	stateDescs    stateDescs
 	billingDescs  billingDescs
+	replicaDescs  replicaDescs
 	outboxFailure prometheus.Counter
 	labels        *labeler
 }
@@ -220,6 +224,8 @@ func New(cfg Config, deps Deps) (*Metrics, error) {
 	m.reg.MustRegister(stateCollector{m})
 	m.billingDescs = newBillingDescs()
 	m.reg.MustRegister(billingCollector{m})
+	m.replicaDescs = newReplicaDescs()
+	m.reg.MustRegister(replicaCollector{m})
 	if cfg.ProcessMetrics {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -510,7 +511,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// (same --jwt-secret) labels a cluster alike and nobody without the
 	// secret can map them back.
 	tcfgMetrics.LabelKey = metricsLabelKey(jwtSecret)
-	tel, err := telemetry.New(tcfgMetrics, telemetry.Deps{State: router.State, MeterStats: bill.meter.Stats, Outbox: bill.store, Log: log})
+	var fwdStats atomic.Pointer[api.Forwarder]
+	var leaseStats atomic.Pointer[owner.Leases]
+	tel, err := telemetry.New(tcfgMetrics, telemetry.Deps{State: router.State, MeterStats: bill.meter.Stats, Outbox: bill.store, Log: log,
+		Replicas: replicaStats(&fwdStats, &leaseStats)})
 	if err != nil {
 		return err
 	}
@@ -634,11 +638,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var owners api.Owners
 	if leases != nil {
 		owners = leases
+		leaseStats.Store(leases)
 		workers.Go(func() error { return leases.Run(bg) })
 	}
 	fwd := api.NewForwarder(api.ForwardConfig{Replica: id}, owners, signer, log)
+	fwdStats.Store(fwd)
 	deps.Inference.Forward = fwd
-	registerOwnerMetrics(tel.Registry(), leases, fwd)
 
 	acfg := api.DefaultConfig()
 	acfg.BodyLimit = cfg.bodyLimit

@@ -12,9 +12,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strings"
+	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/routebalance/routebalance/api"
 	"github.com/routebalance/routebalance/routing/owner"
@@ -93,29 +92,21 @@ func serveMux(addr, flagName, what string, mux *http.ServeMux, log *slog.Logger)
 	}, nil
 }
 
-// registerOwnerMetrics exports the owner leases' and the forwarding
-// step's counters (docs/operations.md, "Several replicas").
-func registerOwnerMetrics(reg *prometheus.Registry, leases *owner.Leases, fwd *api.Forwarder) {
-	ns := telemetry.Namespace
-	counter := func(name, help string, f func() int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: "forward", Name: name, Help: help}, func() float64 { return float64(f()) })
+// replicaStats reads the forwarding step's and the owner leases' counters
+// for telemetry.Deps.Replicas; both are set once serve has built them
+// (before that, and for leases without Redis, their series are zero or
+// absent).
+func replicaStats(fwd *atomic.Pointer[api.Forwarder], leases *atomic.Pointer[owner.Leases]) func() telemetry.ReplicaStats {
+	return func() telemetry.ReplicaStats {
+		var s telemetry.ReplicaStats
+		if f := fwd.Load(); f != nil {
+			st := f.Stats()
+			s.Forwarded, s.OwnerUnreachable, s.ForwardFailed, s.ForwardReceived, s.ForwardRefused = st.Forwarded, st.Fallbacks, st.Failed, st.Received, st.Refused
+		}
+		if l := leases.Load(); l != nil {
+			st := l.Stats()
+			s.Leases, s.LeasesHeld, s.LeasesLost, s.LeaseRedisErrors = true, st.Held, st.Lost, st.RedisErrors
+		}
+		return s
 	}
-	reg.MustRegister(
-		counter("forwarded_total", "Requests forwarded to their cluster's owner replica and answered by it.", func() int64 { return fwd.Stats().Forwarded }),
-		counter("owner_unreachable_total", "Requests routed on this replica because their cluster's owner could not be connected to.", func() int64 { return fwd.Stats().Fallbacks }),
-		counter("failed_total", "Forwarded requests the owner accepted but did not answer completely (502, not retried).", func() int64 { return fwd.Stats().Failed }),
-		counter("received_total", "Requests another replica forwarded here (valid X-RouteBalance-Forwarded).", func() int64 { return fwd.Stats().Received }),
-		counter("refused_total", "Requests refused for an invalid X-RouteBalance-Forwarded header (403).", func() int64 { return fwd.Stats().Refused }),
-	)
-	if leases == nil {
-		return
-	}
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: "owner", Name: "leases_held", Help: "Clusters this replica owns (schedules for every replica)."},
-			func() float64 { return float64(leases.Stats().Held) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: "owner", Name: "leases_lost_total", Help: "Owner leases found taken or gone at renewal."},
-			func() float64 { return float64(leases.Stats().Lost) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Subsystem: "owner", Name: "redis_errors_total", Help: "Failed Redis calls of the owner leases."},
-			func() float64 { return float64(leases.Stats().RedisErrors) }),
-	)
 }
