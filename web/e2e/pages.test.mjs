@@ -99,8 +99,24 @@ test('issue 15 pages in headless Chromium', { skip: missing && !CI ? missing : f
   await page.locator('#price-suggestion').getByRole('button', { name: 'Use these' }).click();
   assert.equal(await page.getByLabel('Input price ($ per 1M tokens)').inputValue(), '0.1');
   assert.equal(await page.getByLabel('GPU type').inputValue(), 'a30-24g');
+  // vLLM's /v1/models states no kind: the form keeps its default, chat.
+  assert.equal(await page.getByLabel('Kind').inputValue(), 'chat');
   await page.locator('form.instance-form button[type="submit"]').click();
   await untilText(page, '#instances-table tbody', new RegExp(esc(small.model)));
+
+  // ---- issue 19: an embedding instance is registered with its kind --------
+  await page.getByRole('button', { name: 'Register instance' }).first().click();
+  await page.getByRole('heading', { name: 'Register an instance' }).waitFor();
+  await page.getByLabel('Base URL').fill(small.url);
+  await page.getByLabel('Served model name').fill('e2e-embedder');
+  await page.getByLabel('Kind').selectOption('embedding');
+  await page.locator('form.instance-form button[type="submit"]').click();
+  const embRow = page.locator('#instances-table tbody tr', { hasText: 'e2e-embedder' });
+  await embRow.waitFor();
+  assert.equal((await embRow.locator('.badge-kind').textContent()).trim(), 'embedding');
+  await page.getByRole('button', { name: `Delete e2e-embedder at ${small.url}` }).click();
+  await page.getByRole('button', { name: 'Delete instance' }).click();
+  await embRow.waitFor({ state: 'detached' });
 
   // ---- item 7: instance actions reachable at 375 px without sideways scroll
   await page.setViewportSize({ width: 375, height: 812 });

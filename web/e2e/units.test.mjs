@@ -9,6 +9,7 @@ import { niceTicks, bucketTime, alignSeries, fillBuckets } from '../static/js/ch
 import { fmtMs, fmtUSD, fmtQ } from '../static/js/dom.js';
 import { grouping, localDay } from '../static/js/range.js';
 import { jwtExpiry } from '../static/js/session.js';
+import { kindFor } from '../static/js/kind.js';
 
 const sum = (w) => w.quality + w.latency + w.cost;
 
@@ -126,4 +127,18 @@ test('the period picker buckets by hour up to three days', () => {
   assert.deepEqual(grouping(0, 3 * 86400e3 + 1), { groupBy: 'day', slot: 86400e3 });
   assert.ok(Number.isNaN(localDay('2026-13-45x')));
   assert.equal(new Date(localDay('2026-12-01')).getDate(), 1);
+});
+
+test('kindFor reads the kind a Test connection report states for a model', () => {
+  // vLLM: model ids only, no kinds.
+  assert.equal(kindFor({ model_ids: ['m'] }, 'm'), null);
+  assert.equal(kindFor(null, 'm'), null);
+  // Per-model kinds win over the report-wide one.
+  const r = { model_ids: ['e', 'c'], model_kinds: { e: 'embedding', c: 'chat' } };
+  assert.equal(kindFor(r, 'e'), 'embedding');
+  assert.equal(kindFor(r, 'c'), 'chat');
+  assert.equal(kindFor(r, 'other'), null);
+  assert.equal(kindFor({ model_kinds: {}, kind: 'embedding' }, 'x'), 'embedding');
+  // Anything but the two kinds is ignored.
+  assert.equal(kindFor({ model_kinds: { m: 'rerank' }, kind: 'bogus' }, 'm'), null);
 });

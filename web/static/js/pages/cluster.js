@@ -5,6 +5,7 @@
 import { h, replace, field, toast, confirmDialog, fmtNum, fmtInt, fmtUSD, fmtMs } from '../dom.js';
 import { list } from '../api.js';
 import { loadClusters, rememberCluster } from '../data.js';
+import { kindFor } from '../kind.js';
 
 const STATE_MS = 3000;
 // Used when the server has no GET /api/v1/catalog (its list is richer).
@@ -138,7 +139,7 @@ export function render(ctx) {
             } catch (e) { toast(`Could not delete: ${e.message}`, 'error'); }
           });
           return h('tr', { class: i.disabled ? 'is-disabled' : '' },
-            h('td', { class: 'mono wrap url-cell', 'data-label': 'Base URL' }, i.base_url), h('td', { 'data-label': 'Model' }, i.model), h('td', { 'data-label': 'GPU' }, i.gpu || '—'),
+            h('td', { class: 'mono wrap url-cell', 'data-label': 'Base URL' }, i.base_url), h('td', { 'data-label': 'Model' }, i.model, i.kind === 'embedding' ? [' ', h('span', { class: 'badge badge-kind', title: 'Serves /v1/embeddings' }, 'embedding')] : null), h('td', { 'data-label': 'GPU' }, i.gpu || '—'),
             h('td', { class: 'num', 'data-label': 'TP' }, i.tensor_parallel || 1),
             h('td', { class: 'num', 'data-label': 'In $/Mtok' }, fmtUSD(i.price_in_per_mtok)), h('td', { class: 'num', 'data-label': 'Out $/Mtok' }, fmtUSD(i.price_out_per_mtok)),
             h('td', { class: 'num', 'data-label': 'Max conc.' }, i.max_concurrency ? fmtInt(i.max_concurrency) : 'default'),
@@ -252,10 +253,16 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
   const modelList = h('datalist', { id: 'model-list' });
   let catalog = { gpus: GPUS, models: [] };
   let served = []; // model ids from the last Test connection
+  let report = null; // the last Test connection report
+  const kindSel = h('select', { name: 'kind' },
+    h('option', { value: 'chat' }, 'Chat (/v1/chat/completions, /v1/completions, /v1/responses)'),
+    h('option', { value: 'embedding' }, 'Embedding (/v1/embeddings)'));
+  kindSel.value = v.kind === 'embedding' ? 'embedding' : 'chat';
   const f = {
     base_url: field('Base URL', h('input', { name: 'base_url', type: 'url', required: true, placeholder: 'http://10.0.0.5:8000', value: v.base_url || '', autocomplete: 'off' }),
       { hint: 'The vLLM server’s OpenAI-compatible root (without /v1).', wide: true }),
     model: field('Served model name', h('input', { name: 'model', required: true, list: 'model-list', placeholder: 'Qwen/Qwen2.5-7B-Instruct', value: v.model || '', autocomplete: 'off' }), { hint: 'As vLLM reports it in /v1/models — Test connection lists them.' }),
+    kind: field('Kind', kindSel, { hint: 'What the instance serves. Test connection fills it where the server says (vLLM’s /v1/models does not).' }),
     gpu: field('GPU type', h('input', { name: 'gpu', list: 'gpu-list', placeholder: 'a100-80g', value: v.gpu || '', autocomplete: 'off' }), { hint: 'Pick a known tier or type your own.' }),
     tensor_parallel: field('Tensor-parallel size', num('tensor_parallel', { min: 1, max: 64, step: 1, value: v.tensor_parallel || 1 })),
     price_in_per_mtok: field('Input price ($ per 1M tokens)', num('price_in_per_mtok', { min: 0, step: 'any', value: v.price_in_per_mtok ?? '' })),
@@ -302,6 +309,7 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
       if (key) out.api_key = key;
       return bad ? null : out;
     }
+    out.kind = f.kind.control.value;
     out.gpu = f.gpu.control.value.trim();
     const numv = (key, { int, min, max, dflt }) => {
       const raw = f[key].control.value.trim();
@@ -334,6 +342,7 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
   function useModel(id) {
     f.model.control.value = id;
     f.model.clear();
+    applyKind();
     showSuggestion();
   }
 
@@ -358,7 +367,13 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
       `${fmtUSD(m.price_in_per_mtok)} in / ${fmtUSD(m.price_out_per_mtok)} out per 1M tokens`,
       m.tensor_parallel > 1 ? `, TP ${m.tensor_parallel}` : '', m.max_concurrency ? `, max concurrency ${m.max_concurrency}` : '', ' ', apply));
   }
+  /** applyKind sets the kind the last Test connection stated for the typed model, if any. */
+  function applyKind() {
+    const k = kindFor(report, f.model.control.value.trim());
+    if (k) f.kind.control.value = k;
+  }
   f.model.control.addEventListener('input', showSuggestion);
+  f.model.control.addEventListener('change', applyKind);
   f.gpu.control.addEventListener('change', showSuggestion);
   function fillModelList() {
     const ids = [...new Set([...served, ...catalog.models.map((m) => m.model)])];
@@ -381,7 +396,9 @@ function instanceForm(ctx, cid, inst, onSaved, onCancel) {
     try {
       const r = await ctx.api.post(`/clusters/${cid}/instances/test-connection`, req);
       served = r.model_ids || [];
+      report = r;
       fillModelList();
+      applyKind();
       // One served model and nothing typed yet: that is the model.
       if (!f.model.control.value.trim() && served.length === 1) useModel(served[0]);
       replace(result, testReport(r, f.model.control.value.trim(), editing && v.has_api_key && !body.api_key, useModel));
