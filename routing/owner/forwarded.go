@@ -83,7 +83,7 @@ func ParseForwarded(h string) (Forwarded, error) {
 	if parts[2] == "" || strings.ContainsAny(parts[2], "@\t\r\n") {
 		return Forwarded{}, fmt.Errorf("%w: bad replica id", ErrMalformed)
 	}
-	sig, err := base64.RawURLEncoding.DecodeString(parts[3])
+	sig, err := base64.RawURLEncoding.Strict().DecodeString(parts[3])
 	if err != nil || len(sig) != sha256.Size {
 		return Forwarded{}, fmt.Errorf("%w: signature is not 32 bytes of unpadded base64url", ErrMalformed)
 	}
