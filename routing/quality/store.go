@@ -56,6 +56,15 @@ type Config struct {
 	// OnlinePromptBytes caps the prompt bytes kept per online label
 	// (default 4096).
 	OnlinePromptBytes int
+	// HistoryEvery is how often each cluster's mean Q̂ per model is
+	// recorded for Status.History (default 30 s; also right after a
+	// build); HistoryPoints bounds the points kept (default 360: 3 h).
+	HistoryEvery  time.Duration
+	HistoryPoints int
+	// ProbePrompts is how many prompts of a cluster (a sample of the
+	// upload, then the latest online labels') the mean Q̂ is taken over
+	// (default 128; in memory only).
+	ProbePrompts int
 	// DefaultOutputTokens is the output length predicted for a cluster
 	// with no index when there is no operator-wide estimator either
 	// (default 256, the scheduler's default).
@@ -81,6 +90,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DefaultOutputTokens <= 0 {
 		c.DefaultOutputTokens = 256
+	}
+	if c.HistoryEvery <= 0 {
+		c.HistoryEvery = 30 * time.Second
+	}
+	if c.HistoryPoints <= 0 {
+		c.HistoryPoints = 360
+	}
+	if c.ProbePrompts <= 0 {
+		c.ProbePrompts = 128
 	}
 	return c
 }
@@ -155,6 +173,16 @@ type Status struct {
 	// (feedback) since the process started.
 	OnlineLabels map[string]int `json:"online_labels"`
 	Error        string         `json:"error,omitempty"`
+	// History is the mean Q̂ per model of the cluster's index over its
+	// probe prompts, every Config.HistoryEvery, oldest first.
+	History []HistoryPoint `json:"history"`
+}
+
+// HistoryPoint is the cluster index's mean Q̂ per model at a time (models
+// the index knows only).
+type HistoryPoint struct {
+	At    time.Time          `json:"at"`
+	MeanQ map[string]float64 `json:"mean_q"`
 }
 
 // entry is one cluster's state; mu guards everything but idx.
@@ -167,6 +195,19 @@ type entry struct {
 	status   Status
 	online   []onlineLabel // ring of recent online labels
 	next     int
+	probe    []string // prompts the history's mean Q̂ is taken over (ring)
+	probeAt  int
+	history  []HistoryPoint
+}
+
+// addProbe puts a prompt in the probe ring. e.mu is held.
+func (e *entry) addProbe(p string, n int) {
+	if len(e.probe) < n {
+		e.probe = append(e.probe, p)
+		return
+	}
+	e.probe[e.probeAt] = p
+	e.probeAt = (e.probeAt + 1) % n
 }
 
 type onlineLabel struct {
@@ -227,13 +268,73 @@ func (s *Store) Limits() Limits { return s.cfg.Limits }
 
 // Run indexes queued uploads until ctx ends.
 func (s *Store) Run(ctx context.Context) error {
+	tick := time.NewTicker(s.cfg.HistoryEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case j := <-s.jobs:
-			s.runJob(ctx, j)
+			if s.runJob(ctx, j) {
+				s.snapshot(ctx, j.e)
+			}
+		case <-tick.C:
+			s.mu.RLock()
+			all := make([]*entry, 0, len(s.clusters))
+			for _, e := range s.clusters {
+				all = append(all, e)
+			}
+			s.mu.RUnlock()
+			for _, e := range all {
+				s.snapshot(ctx, e)
+			}
 		}
+	}
+}
+
+// snapshot records the mean Q̂ per model of a cluster's index over its
+// probe prompts.
+func (s *Store) snapshot(ctx context.Context, e *entry) {
+	e.mu.Lock()
+	idx := e.idx.Load()
+	probes := append([]string(nil), e.probe...)
+	e.mu.Unlock()
+	if idx == nil || len(probes) == 0 {
+		return
+	}
+	models := idx.Models()
+	sum := make([]float64, len(models))
+	n := make([]float64, len(models))
+	out := make([]routing.PromptEstimate, 64)
+	for i := 0; i < len(probes); i += 64 {
+		part := probes[i:min(i+64, len(probes))]
+		if err := idx.Estimate(ctx, part, models, nil, out[:len(part)]); err != nil {
+			s.log.WarnContext(ctx, "quality history: estimate failed", slog.Any("err", err))
+			return
+		}
+		for j := range part {
+			for m := range models {
+				if out[j].Source[m] == routing.SourceIndex {
+					sum[m] += out[j].Quality[m]
+					n[m]++
+				}
+			}
+		}
+	}
+	pt := HistoryPoint{At: s.now().UTC().Truncate(time.Second), MeanQ: map[string]float64{}}
+	for m, name := range models {
+		if n[m] > 0 {
+			pt.MeanQ[name] = sum[m] / n[m]
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.idx.Load() != idx {
+		return // replaced or deleted meanwhile
+	}
+	e.history = append(e.history, pt)
+	if over := len(e.history) - s.cfg.HistoryPoints; over > 0 {
+		e.history = append(e.history[:0], e.history[over:]...)
 	}
 }
 
@@ -339,7 +440,7 @@ func (s *Store) Delete(ctx context.Context, clusterID string) error {
 func (s *Store) Status(clusterID string) Status {
 	e := s.entry(clusterID, false)
 	if e == nil {
-		return Status{ClusterID: clusterID, State: StateNone, Models: map[string]int{}, Unknown: map[string]int{}, ModelAUC: map[string]float64{}, OnlineLabels: map[string]int{}}
+		return Status{ClusterID: clusterID, State: StateNone, Models: map[string]int{}, Unknown: map[string]int{}, ModelAUC: map[string]float64{}, OnlineLabels: map[string]int{}, History: []HistoryPoint{}}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -351,6 +452,7 @@ func (s *Store) Status(clusterID string) Status {
 	st.Unknown = cloneMap(st.Unknown)
 	st.ModelAUC = cloneMap(st.ModelAUC)
 	st.OnlineLabels = cloneMap(st.OnlineLabels)
+	st.History = append([]HistoryPoint{}, e.history...)
 	return st
 }
 
@@ -393,6 +495,7 @@ func (s *Store) ObserveClusterQuality(clusterID, prompt, model string, q float64
 		e.status.OnlineLabels = map[string]int{}
 	}
 	e.status.OnlineLabels[model]++
+	e.addProbe(prompt, s.cfg.ProbePrompts)
 	e.mu.Unlock()
 	idx.ObserveQuality(prompt, model, q)
 }
@@ -434,31 +537,41 @@ func (s *Store) entry(clusterID string, create bool) *entry {
 
 // runJob builds one upload's index and swaps it in unless a newer upload
 // or a delete superseded it.
-func (s *Store) runJob(ctx context.Context, j job) {
+func (s *Store) runJob(ctx context.Context, j job) bool {
 	start := s.now()
 	res, err := s.build(ctx, j.recs)
 	took := s.now().Sub(start)
 	j.e.mu.Lock()
 	defer j.e.mu.Unlock()
 	if j.e.gen != j.gen {
-		return
+		return false
 	}
 	st := &j.e.status
 	if err != nil {
 		st.State, st.Error = StateFailed, err.Error()
 		s.log.ErrorContext(ctx, "quality index build failed", slog.String("cluster", st.ClusterID), slog.Any("err", err))
-		return
+		return false
 	}
 	for _, l := range j.e.online {
 		res.knn.ObserveQuality(l.prompt, l.model, l.q)
 	}
 	j.e.idx.Store(res.knn)
+	// Probe prompts: an even sample of the upload, then the online labels'.
+	j.e.probe, j.e.probeAt = j.e.probe[:0], 0
+	step := max(1, len(j.recs)/s.cfg.ProbePrompts)
+	for i := 0; i < len(j.recs) && len(j.e.probe) < s.cfg.ProbePrompts; i += step {
+		j.e.probe = append(j.e.probe, j.recs[i].Prompt)
+	}
+	for _, l := range j.e.online {
+		j.e.addProbe(l.prompt, s.cfg.ProbePrompts)
+	}
 	built := s.now().UTC().Truncate(time.Millisecond)
 	st.State, st.Error, st.BuiltAt, st.BuildSeconds = StateReady, "", &built, took.Seconds()
 	st.Indexed, st.HeldOut, st.Estimator = res.indexed, res.heldOut, res.knn.Mode()
 	st.ModelAUC, st.ValidationAUC = res.auc, res.meanAUC
 	s.log.InfoContext(ctx, "quality index built", slog.String("cluster", st.ClusterID), slog.Int("records", res.indexed),
 		slog.Int("held_out", res.heldOut), slog.String("estimator", st.Estimator), slog.Duration("took", took))
+	return true
 }
 
 type buildResult struct {

@@ -239,3 +239,24 @@ func TestClusterEstimateAllocatesNothing(t *testing.T) {
 		t.Errorf("ClusterEstimator.Estimate allocates %v times per batch, want 0", n)
 	}
 }
+
+func TestHistoryRecordsMeanEstimates(t *testing.T) {
+	s := startStore(t, Config{HistoryEvery: 10 * time.Millisecond, HistoryPoints: 3}, Deps{})
+	if _, err := s.Upload(context.Background(), "t1", "c1", []string{"big", "small"}, strings.NewReader(jsonl(world(400, 7)))); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, s, "c1")
+	testwait.Until(t, "3 history points", func() bool { return len(s.Status("c1").History) == 3 })
+	for _, p := range s.Status("c1").History {
+		// The world: big 0.9 / 0.85, small 0.15 / 0.8 on alternate prompts.
+		if p.At.IsZero() || !(p.MeanQ["big"] > 0.75 && p.MeanQ["small"] > 0.3 && p.MeanQ["small"] < 0.65) {
+			t.Errorf("history point %+v, want big ≈ 0.87, small ≈ 0.47", p)
+		}
+	}
+	if err := s.Delete(context.Background(), "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if h := s.Status("c1").History; len(h) != 0 {
+		t.Errorf("history after delete: %v", h)
+	}
+}

@@ -108,7 +108,7 @@ func TestUploadSurvivesRestart(t *testing.T) {
 		got := ready(t, second, "c1")
 		opts := cmp.FilterPath(func(p cmp.Path) bool {
 			s := p.String()
-			return s == "BuiltAt" || s == "BuildSeconds"
+			return s == "BuiltAt" || s == "BuildSeconds" || s == "History"
 		}, cmp.Ignore())
 		if d := cmp.Diff(want, got, opts); d != "" {
 			t.Errorf("status after restart (-before +after):\n%s", d)

@@ -11,6 +11,7 @@ const routes = {
   '/signup': { load: () => import('./pages/auth.js').then((m) => m.signup), auth: false, title: 'Sign up' },
   '/overview': { load: () => import('./pages/overview.js'), title: 'Overview' },
   '/cluster': { load: () => import('./pages/cluster.js'), title: 'Cluster' },
+  '/quality': { load: () => import('./pages/quality.js'), title: 'Quality data' },
   '/routing': { load: () => import('./pages/routing.js'), title: 'Routing' },
   '/requests': { load: () => import('./pages/requests.js'), title: 'Requests' },
   '/keys': { load: () => import('./pages/keys.js'), title: 'API keys' },

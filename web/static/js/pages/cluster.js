@@ -185,7 +185,7 @@ export function render(ctx) {
       h('div', { class: 'toolbar' },
         h('div', { class: 'inline-field' }, h('label', { for: sel.id }, 'Cluster'), sel),
         h('span', { class: 'muted small mono' }, `id ${cluster.id}`),
-        h('span', { class: 'spacer' }), newBtn, delBtn),
+        h('span', { class: 'spacer' }), h('a', { href: '/quality', 'data-link': true, class: 'btn' }, 'Quality data'), newBtn, delBtn),
       newSlot,
       h('div', { class: 'panel' },
         h('div', { class: 'panel-head' }, h('h2', {}, 'Instances'), addBtn),
