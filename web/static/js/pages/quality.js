@@ -41,6 +41,7 @@ export function render(ctx) {
     const judgeSlot = h('div', { id: 'quality-judge' }, h('p', { class: 'muted' }, 'Loading…'));
     let models = [];
     let judgeDrawn = false;
+    let gen = 0; // a save bumps it so a refresh already under way does not draw older data
 
     // ---- upload ------------------------------------------------------------
     const file = h('input', { type: 'file', name: 'quality-file', accept: '.jsonl,.json,.txt,application/x-ndjson,application/json' });
@@ -109,6 +110,7 @@ export function render(ctx) {
 
     // ---- status, models, chart ---------------------------------------------
     async function refresh() {
+      const my = ++gen;
       let qd; let state = null; let judge = null;
       try {
         [qd, state, judge] = await Promise.all([
@@ -122,7 +124,7 @@ export function render(ctx) {
         replace(statusSlot, h('p', { class: 'alert alert-error' }, `Could not load quality data: ${e.message}`));
         return;
       }
-      if (ctx.signal.aborted) return;
+      if (ctx.signal.aborted || my !== gen) return;
       const d = qd.data || {};
       drawStatus(d, qd.max_bytes);
       drawModels(d, state, judge);
@@ -217,6 +219,7 @@ export function render(ctx) {
           const out = await ctx.api.put(`/clusters/${cid}/quality-judge`, {
             enabled: enabled.checked, model: model.value, sample_rate: Number(rate.value), monthly_budget_usd: Number(budget.value),
           });
+          gen++;
           toast(out.settings.enabled ? 'Judge enabled.' : 'Judge settings saved (off).');
           drawSpend(out);
         } catch (err) {
