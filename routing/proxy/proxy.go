@@ -468,15 +468,18 @@ func parseUpstreamError(status int, raw []byte) *StatusError {
 	return se
 }
 
+// errFields are an upstream envelope's fields. Type is raw like Param and
+// Code: a server that sends a non-string type (the fuzzer sent 0) must
+// not lose the message beside it.
 type errFields struct {
 	Message string          `json:"message"`
-	Type    string          `json:"type"`
+	Type    json.RawMessage `json:"type"`
 	Param   json.RawMessage `json:"param"`
 	Code    json.RawMessage `json:"code"`
 }
 
 func (f errFields) fill(se *StatusError) {
-	se.Message, se.Type = f.Message, f.Type
+	se.Message, se.Type = f.Message, scalar(f.Type)
 	se.Param = scalar(f.Param)
 	se.Code = scalar(f.Code)
 }

@@ -530,24 +530,36 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 		frag, err := br.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
 			long = append(long, frag...)
-			if len(long) > max {
-				return nil, fmt.Errorf("line longer than %d bytes", max)
+			// max bounds the line without its end: one more byte may be
+			// the "\r" of a "\r\n" still to come.
+			if len(long) > max+1 {
+				return nil, errLineTooLong(max)
 			}
 			continue
 		}
 		if err != nil {
 			if err == io.EOF && len(frag)+len(long) > 0 {
 				// a final line without a newline: hand it over, EOF next time
-				return trimEOL(append(long, frag...)), nil
+				return boundLine(trimEOL(append(long, frag...)), max)
 			}
 			return nil, err
 		}
 		if long != nil {
 			frag = append(long, frag...)
 		}
-		return trimEOL(frag), nil
+		return boundLine(trimEOL(frag), max)
 	}
 }
+
+// boundLine refuses a line (its end already trimmed) longer than max.
+func boundLine(line []byte, max int) ([]byte, error) {
+	if len(line) > max {
+		return nil, errLineTooLong(max)
+	}
+	return line, nil
+}
+
+func errLineTooLong(max int) error { return fmt.Errorf("line longer than %d bytes", max) }
 
 func trimEOL(b []byte) []byte {
 	b = bytes.TrimSuffix(b, []byte("\n"))
