@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -416,7 +417,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	workers.Go(func() error { return svc.Run(bg) })
 	// Changes committed by other replicas (Postgres NOTIFY) drop this
 	// replica's cached key resolutions at once.
-	workers.Go(func() error { return store.Watch(bg, svc.InvalidateTenant, svc.InvalidateAll) })
+	// Watch calls lost each time it (re)starts listening; the first call
+	// also says the feed is live (feedLive, awaited before listening).
+	feedLive := make(chan struct{})
+	var feedOnce sync.Once
+	lost := func() {
+		svc.InvalidateAll()
+		feedOnce.Do(func() { close(feedLive) })
+	}
+	workers.Go(func() error { return store.Watch(bg, svc.InvalidateTenant, lost) })
 
 	deps := api.Deps{Log: log, AccessLog: stderr, Tenants: svc, Ready: db.ready}
 
@@ -618,6 +627,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer stopPprof()
 	}
 
+	// On Postgres, take requests only once the change feed listens: a key
+	// resolved before that would be cached, then dropped by the feed's
+	// first invalidation at an arbitrary later moment (an outage right
+	// after it left nothing cached to serve from). Bounded: a feed that
+	// cannot start within 10 s is logged and retried in the background.
+	if db.engine == "postgres" {
+		select {
+		case <-feedLive:
+		case <-time.After(10 * time.Second):
+			log.Warn("tenant change feed not listening after 10 s; serving, keys are re-read when it starts")
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
