@@ -83,8 +83,10 @@ func ParseForwarded(h string) (Forwarded, error) {
 	if parts[2] == "" || strings.ContainsAny(parts[2], "@\t\r\n") {
 		return Forwarded{}, fmt.Errorf("%w: bad replica id", ErrMalformed)
 	}
+	// Strict refuses non-zero trailing bits but still skips "\r" and "\n";
+	// re-encoding and comparing leaves exactly one accepted spelling.
 	sig, err := base64.RawURLEncoding.Strict().DecodeString(parts[3])
-	if err != nil || len(sig) != sha256.Size {
+	if err != nil || len(sig) != sha256.Size || base64.RawURLEncoding.EncodeToString(sig) != parts[3] {
 		return Forwarded{}, fmt.Errorf("%w: signature is not 32 bytes of unpadded base64url", ErrMalformed)
 	}
 	return Forwarded{At: time.UnixMilli(ms), From: parts[2], Sig: sig}, nil
