@@ -41,6 +41,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	slo := fs.String("slo", "", "targets of the autopilot preset and of every cell's windows: p95_e2e_ms=…,p95_ttft_ms=…,max_cost_usd_per_request=…")
 	apParams := fs.String("autopilot-params", "", "autopilot constants over the defaults: margin=…,band=…,dwell=…,min_gain=…,steps=a/b/c,max_step=…,min_window=… (routing/autopilot/README.md)")
 	apInterval := fs.Duration("autopilot-interval", 5*time.Second, "autopilot control interval (virtual time)")
+	apFeedback := fs.Duration("autopilot-feedback", 20*time.Second, "autopilot feedback window (observed p95 over the last …)")
 	apHorizon := fs.Duration("autopilot-horizon", 10*time.Second, "recent traffic each autopilot replay repeats")
 	apReplay := fs.String("autopilot-replay", "derived", "engines of the autopilot's replays: derived (from the live latency model, as a live router must) or world (the simulated world's own)")
 	apNoPredict := fs.Bool("autopilot-no-predict", false, "autopilot on feedback only (no model-predictive replays)")
@@ -123,7 +124,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return fmt.Errorf("autopilot-params: %w", err)
 		}
-		ap = &sim.AutopilotConfig{Targets: pr.Targets, Params: params, Interval: *apInterval, Horizon: *apHorizon, Window: *window, NoPredict: *apNoPredict, ReplayWorld: *apReplay}
+		ap = &sim.AutopilotConfig{Targets: pr.Targets, Params: params, Interval: *apInterval, Horizon: *apHorizon, Window: *apFeedback, NoPredict: *apNoPredict, ReplayWorld: *apReplay}
 		if err := ap.WithDefaults().Validate(); err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -104,12 +105,18 @@ type Params struct {
 	// MinWindow is the fewest requests a window needs to be trusted as
 	// feedback.
 	MinWindow int
+	// Confirm: an observed miss falls back only when the prediction of the
+	// current weights does not say they meet the target with Margin (a
+	// miss the current weights are predicted to clear is a backlog
+	// draining, which more latency weight does not speed up); without a
+	// prediction it always falls back.
+	Confirm bool
 }
 
 // DefaultParams returns the constants chosen on the validation split
 // (README.md "Constants").
 func DefaultParams() Params {
-	return Params{Steps: []float64{0.05, 0.1, 0.2}, MaxStep: 0.2, Margin: 0.15, Band: 0.25, Dwell: 2, MinGain: 0.002, MinWindow: 20}
+	return Params{Steps: []float64{0.05, 0.1, 0.2}, MaxStep: 0.2, Margin: 0.5, Band: 0.4, Dwell: 2, MinGain: 0.002, MinWindow: 20}
 }
 
 // Validate reports constants that break the guarantees (bounded step).
@@ -303,6 +310,10 @@ func Decide(s State, t Targets, windows []Window, preds []Prediction, p Params) 
 	// 1. Observed miss: the safe fallback, the largest step toward
 	// latency. Between taking it from quality or from cost the
 	// predictions choose (lower predicted ratio); without them, quality.
+	if obs > 1 && p.Confirm && hold != nil && predRatio(*hold) <= 1-p.Margin {
+		d.Reason = fmt.Sprintf("observed p95 at %.2f× target, current weights predicted at %.2f×: backlog, hold", obs, predRatio(*hold))
+		return next, d
+	}
 	if obs > 1 {
 		var best routing.Weights
 		found, bestIdx, bestR := false, -1, math.Inf(1)
@@ -381,6 +392,19 @@ func Decide(s State, t Targets, windows []Window, preds []Prediction, p Params) 
 	// 5. Headroom: the feasible candidate with the best predicted quality,
 	// if it beats holding by MinGain.
 	if hold == nil {
+		// Feedback only (no replay available): with observed headroom,
+		// the smallest step toward quality, from latency (else cost).
+		if obs < 1-p.Band && len(p.Steps) > 0 {
+			small := slices.Min(p.Steps)
+			for _, from := range []string{wLatency, wCost} {
+				if w, ok := apply(cur, Move{from, wQuality, small}, p.MaxStep); ok {
+					next.Weights = w
+					d.Weights, d.Action = w, ActionProbe
+					d.Reason = fmt.Sprintf("observed p95 at %.2f× target, no prediction: %.2f toward quality", obs, Step(cur, w))
+					return next, d
+				}
+			}
+		}
 		d.Reason = "no prediction of the current weights"
 		return next, d
 	}
@@ -538,6 +562,11 @@ func ParseParams(s string) (Params, error) {
 			err = integer(&p.Dwell)
 		case "min_window":
 			err = integer(&p.MinWindow)
+		case "confirm":
+			p.Confirm, err = strconv.ParseBool(v)
+			if err != nil {
+				err = fmt.Errorf("value of %q is not a boolean", k)
+			}
 		case "steps":
 			p.Steps = nil
 			for _, x := range strings.Split(v, "/") {

@@ -25,7 +25,7 @@ type AutopilotConfig struct {
 	Params  autopilot.Params
 	// Interval is the control interval (default 5 s of virtual time).
 	Interval time.Duration
-	// Window is the feedback window (default 10 s).
+	// Window is the feedback window (default 20 s, chosen on validation).
 	Window time.Duration
 	// Horizon is how much recent traffic each replay repeats (default
 	// 10 s), at most MaxReplay arrivals (default 400, the most recent).
@@ -47,7 +47,7 @@ func (c AutopilotConfig) WithDefaults() AutopilotConfig {
 		c.Interval = 5 * time.Second
 	}
 	if c.Window == 0 {
-		c.Window = 10 * time.Second
+		c.Window = 20 * time.Second
 	}
 	if c.Horizon == 0 {
 		c.Horizon = 10 * time.Second
