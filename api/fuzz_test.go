@@ -67,6 +67,11 @@ func FuzzOverrides(f *testing.F) {
 	f.Add("", "", "", "", "", "", "", "", []byte(`{"weights":{"quality":0.5,"cost":0.5},"ttft_slo_ms":-3,"tpot_slo_ms":1e308}`))
 	f.Add("", "", "", "", "", "", "", "", []byte(`null`))
 	f.Add("", "", "", "", "", "", "", "", []byte(`{"budget_usd":1e308,"ttft_slo_ms":9.3e12}`))
+	f.Add("autopilot", "", "", "", "", "", "", "", []byte(`{"autopilot":"p95_e2e_ms=3000,p95_ttft_ms=500"}`))
+	f.Add("", "", "", "", "", "", "", "", []byte(`{"preset":"autopilot","autopilot":{"p95_e2e_ms":2500,"max_cost_usd_per_request":0.01}}`))
+	f.Add("", "", "", "", "", "", "", "", []byte(`{"autopilot":{"p95_e2e_ms":-1}}`))
+	f.Add("", "", "", "", "", "", "", "", []byte(`{"autopilot":{"p95_e2e_ms":1e308,"extra":1}}`))
+	f.Add("", "", "", "", "", "", "", "", []byte(`{"autopilot":"max_cost_usd_per_request=1"}`))
 	f.Fuzz(func(t *testing.T, preset, weights, priority, workflow, budget, ttft, tpot, policy string, body []byte) {
 		h := map[string]string{hdrPreset: preset, hdrWeights: weights, hdrPriority: priority, hdrWorkflow: workflow,
 			hdrBudget: budget, hdrTTFT: ttft, hdrTPOT: tpot, hdrPolicy: policy}
@@ -85,6 +90,11 @@ func FuzzOverrides(f *testing.F) {
 		if o.weights != nil {
 			if err := o.weights.Validate(); err != nil {
 				t.Fatalf("accepted weights %+v that do not validate: %v", *o.weights, err)
+			}
+		}
+		if o.targets != nil {
+			if err := o.targets.Validate(); err != nil {
+				t.Fatalf("accepted autopilot targets %+v that do not validate: %v", *o.targets, err)
 			}
 		}
 		if math.IsNaN(o.budgetUSD) || math.IsInf(o.budgetUSD, 0) || o.budgetUSD < 0 || o.ttft < 0 || o.tpot < 0 {

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/autopilot"
 	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/quality"
@@ -175,6 +176,9 @@ type InferenceDeps struct {
 	// (inference_forward.go); nil: everything routes here and a forwarded
 	// header is refused.
 	Forward *Forwarder
+	// Autopilot runs the controllers of the autopilot preset
+	// (routing/autopilot); nil answers that preset with 503.
+	Autopilot *autopilot.Registry
 }
 
 // inference serves /v1.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/autopilot"
 	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/owner"
 	"github.com/routebalance/routebalance/routing/proxy"
@@ -130,15 +131,18 @@ func servedModels(c *routing.Cluster) []string {
 // response. The journey itself (admit, route, fail over, relay, release,
 // meter) is routing/dispatch's.
 type exchange struct {
-	h       *inference
-	c       *fiber.Ctx
-	id      string
-	p       *tenants.Principal
-	cluster *routing.Cluster
-	body    *completionBody
-	root    trace.Span // the request's root span, ended by endRoot
-	tried   int        // instances decided on so far (X-RouteBalance-Attempts)
-	buf     bodyBuffer // a non-streamed answer
+	h         *inference
+	c         *fiber.Ctx
+	id        string
+	p         *tenants.Principal
+	cluster   *routing.Cluster
+	body      *completionBody
+	root      trace.Span // the request's root span, ended by endRoot
+	tried     int        // instances decided on so far (X-RouteBalance-Attempts)
+	buf       bodyBuffer // a non-streamed answer
+	arrival   time.Time
+	weights   routing.Weights       // what the request is routed with
+	autopilot *autopilot.Controller // the request's controller (preset autopilot), else nil
 	// A stream's hand-off (stream): Begin closes begun once the headers
 	// are set, then waits for fasthttp's body writer on writer.
 	begun  chan struct{}
@@ -154,6 +158,7 @@ func (x *exchange) Limited(st limits.Status) { setRateHeaders(x.c, st) }
 func (x *exchange) Decided(a *routing.Assignment) {
 	x.tried++
 	setDecisionHeaders(x.c, a)
+	setWeightsHeader(x.c, x.weights)
 	x.c.Set(hdrAttempts, strconv.Itoa(x.tried))
 }
 
@@ -196,6 +201,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 	return func(c *fiber.Ctx) (err error) {
 		x := &exchange{h: h, c: c, id: exchangeID(c)}
 		arrival := h.clock.Now()
+		x.arrival = arrival
 		// The request context carries the server's request deadline; a
 		// stream takes its cancel over (requestCancel) because it outlives
 		// the handler. Client departure is noticed by the connection
@@ -233,6 +239,7 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 		if !x.body.stream {
 			res, err := h.dispatch.Dispatch(ctx, *call)
 			stopWatch()
+			x.observe(res, err)
 			return x.answer(ctx, res, err)
 		}
 		handedOff, err = x.stream(ctx, call, func() { stopWatch(); cancel() })
@@ -266,14 +273,27 @@ func (h *inference) prepare(ctx context.Context, x *exchange, ep proxy.Endpoint,
 		return nil, sendParamError(c, err)
 	}
 	x.body = body
-	weights, err := resolveWeights(&body.rb, p)
+	targets, auto, err := resolveAutopilot(&body.rb, p)
 	if err != nil {
 		return nil, sendParamError(c, err)
+	}
+	var weights routing.Weights
+	if !auto {
+		if weights, err = resolveWeights(&body.rb, p); err != nil {
+			return nil, sendParamError(c, err)
+		}
 	}
 	cl, ok := p.RoutingCluster()
 	if !ok {
 		return nil, sendError(c, http.StatusBadRequest, typeInvalidRequest, "no_cluster", "", p.NoClusterReason())
 	}
+	if auto {
+		var ok bool
+		if weights, ok, err = h.autopilotWeights(c, x, cl.ID, targets); !ok {
+			return nil, err
+		}
+	}
+	x.weights = weights
 	x.cluster = cl
 	if x.root.IsRecording() {
 		x.root.SetAttributes(telemetry.AttrCluster.String(cl.ID), telemetry.AttrStream.Bool(body.stream))
@@ -408,6 +428,7 @@ func (x *exchange) stream(ctx context.Context, call *dispatch.Call, done func())
 		}()
 		e.res, e.err = x.h.dispatch.Dispatch(ctx, *call)
 		e.status = x.h.dispatchStatus(e.err)
+		x.observe(e.res, e.err)
 	}()
 	select {
 	case e := <-ended:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/routebalance/routebalance/internal/jsonscan"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/autopilot"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/tenants"
 )
@@ -399,6 +400,7 @@ type overrides struct {
 	budgetUSD  float64
 	ttft, tpot time.Duration
 	policy     string
+	targets    *autopilot.Targets // routebalance.autopilot / X-RouteBalance-Autopilot
 }
 
 // rbBody is the JSON form of the "routebalance" body object.
@@ -411,6 +413,7 @@ type rbBody struct {
 	TTFTMs    *float64        `json:"ttft_slo_ms"`
 	TPOTMs    *float64        `json:"tpot_slo_ms"`
 	Policy    *string         `json:"policy"`
+	Autopilot json.RawMessage `json:"autopilot"`
 }
 
 func (o *overrides) parseBody(raw json.RawMessage) error {
@@ -418,7 +421,10 @@ func (o *overrides) parseBody(raw json.RawMessage) error {
 	dec.DisallowUnknownFields()
 	var rb rbBody
 	if err := dec.Decode(&rb); err != nil {
-		return badParam("routebalance", "must be an object with preset, weights, priority, workflow, budget_usd, ttft_slo_ms, tpot_slo_ms, policy: %s", jsonErrText(err))
+		return badParam("routebalance", "must be an object with preset, weights, priority, workflow, budget_usd, ttft_slo_ms, tpot_slo_ms, policy, autopilot: %s", jsonErrText(err))
+	}
+	if err := o.parseTargetsBody(rb.Autopilot); err != nil {
+		return err
 	}
 	if rb.Preset != nil {
 		if err := o.setPreset("routebalance.preset", *rb.Preset); err != nil {
@@ -547,6 +553,11 @@ func (o *overrides) parseHeaders(get func(string) string) error {
 			return err
 		}
 	}
+	if v := strings.TrimSpace(get(hdrAutopilot)); v != "" {
+		if err := o.setTargets(hdrAutopilot, v); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -559,12 +570,12 @@ func fieldMsg(err error) string {
 
 func (o *overrides) setPreset(param, v string) error {
 	v = strings.ToLower(strings.TrimSpace(v))
-	if v == routing.PresetCustom {
+	if v == routing.PresetCustom || v == autopilot.PresetAutopilot {
 		o.preset = v
 		return nil
 	}
 	if _, err := routing.PresetWeights(v); err != nil {
-		return badParam(param, "must be quality, latency, cost, balanced or custom, got %q", v)
+		return badParam(param, "must be quality, latency, cost, balanced, custom or autopilot, got %q", v)
 	}
 	o.preset = v
 	return nil

@@ -24,6 +24,7 @@ import (
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/autopilot"
 	"github.com/routebalance/routebalance/routing/dispatch/dispatchtest"
 	"github.com/routebalance/routebalance/routing/proxy"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
@@ -183,6 +184,7 @@ type envOpts struct {
 	router     Router          // the router behind dispatchtest.Router (default: the fake, or the real one with realRouter)
 	observer   QualityObserver // the feedback observer (default a qualityLog with quality)
 	forward    *Forwarder      // the several-replica step (inference_forward_test.go)
+	autopilot  *autopilot.Registry
 }
 
 func principal(tenantID string, instances []tenants.Instance) *tenants.Principal {
@@ -219,7 +221,7 @@ func newInfEnv(t testing.TB, o envOpts) *infEnv {
 		keys:    map[string]*tenants.Principal{testKey: e.p, revokedKey: e.p, otherKey: principal("t2", o.instances)},
 		revoked: map[string]bool{revokedKey: true},
 	}
-	deps := InferenceDeps{Keys: e.keys, Router: e.router, Meter: e.meter, Spend: o.spend, Tracer: o.tracer, Forward: o.forward}
+	deps := InferenceDeps{Keys: e.keys, Router: e.router, Meter: e.meter, Spend: o.spend, Tracer: o.tracer, Forward: o.forward, Autopilot: o.autopilot}
 	e.fwd = o.forward
 	if o.quality {
 		e.quality = &qualityLog{}

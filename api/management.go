@@ -45,6 +45,7 @@ import (
 //	GET    /clusters/{id}/instances/{iid}  → instance
 //	PATCH  /clusters/{id}/instances/{iid}  {any instance field} → instance
 //	DELETE /clusters/{id}/instances/{iid}  → 204
+//	GET    /clusters/{id}/autopilot        → {cluster_id, running, controllers: [autopilot.Status]}
 //	GET    /settings                       → settings
 //	PUT    /settings                       {default_cluster_id?,preset,weights?,slo?,limits?} → settings (full replacement)
 //	GET    /catalog                        → {gpus, models} suggestions for the instance form
@@ -75,6 +76,7 @@ func (s *Server) mountManagement(r fiber.Router) {
 	a.Delete("/clusters/:id/quality-data", s.deleteQualityData)
 	a.Get("/clusters/:id/quality-judge", s.qualityJudge)
 	a.Put("/clusters/:id/quality-judge", s.putQualityJudge)
+	a.Get("/clusters/:id/autopilot", s.clusterAutopilot)
 
 	a.Post("/clusters/:id/instances/test-connection", s.testConnection)
 	a.Post("/clusters/:id/instances", s.createInstance)

@@ -158,6 +158,8 @@ type Metrics struct {
 	replicaDescs  replicaDescs
 	outboxFailure prometheus.Counter
 	labels        *labeler
+	autopilotOnce sync.Once
+	autopilot     *autopilotMetrics // AutopilotHooks
 }
 
 // New builds the metrics and registers them on a fresh registry.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/autopilot"
 )
 
 // This file holds the Service's tenant settings: routing defaults, SLOs
@@ -19,10 +20,22 @@ func checkSLO(field string, o SLO) error {
 	}{
 		{"ttft_ms", o.TTFTMs}, {"tpot_ms", o.TPOTMs}, {"e2e_ms", o.E2EMs},
 		{"max_cost_usd_per_request", o.MaxCostUSDPerRequest}, {"monthly_budget_usd", o.MonthlyBudgetUSD},
+		{"p95_e2e_ms", o.P95E2EMs}, {"p95_ttft_ms", o.P95TTFTMs},
 	} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
 			return fieldErr(field+"."+f.name, "must be a number >= 0 (0 means no budget), got %v", f.v)
 		}
+	}
+	return nil
+}
+
+// checkAutopilot: the autopilot preset needs a p95 target in the SLO.
+func checkAutopilot(preset string, o SLO) error {
+	if preset != autopilot.PresetAutopilot {
+		return nil
+	}
+	if _, ok := o.AutopilotTargets(); !ok {
+		return fieldErr("slo", "preset autopilot needs p95_e2e_ms and/or p95_ttft_ms (its targets)")
 	}
 	return nil
 }
@@ -41,9 +54,14 @@ func resolvePreset(preset string, w *routing.Weights) (string, routing.Weights, 
 		}
 		return routing.PresetCustom, *w, nil
 	}
+	if p == autopilot.PresetAutopilot {
+		// The controller sets the weights; stored are where it starts.
+		pw, _ := routing.PresetWeights(routing.PresetBalanced)
+		return p, pw, nil
+	}
 	pw, err := routing.PresetWeights(p)
 	if err != nil {
-		return "", routing.Weights{}, fieldErr("preset", "must be quality, latency, cost, balanced or custom, got %q", preset)
+		return "", routing.Weights{}, fieldErr("preset", "must be quality, latency, cost, balanced, autopilot or custom, got %q", preset)
 	}
 	if w != nil {
 		if err := w.Validate(); err != nil {
@@ -80,6 +98,9 @@ func (s *Service) PutSettings(ctx context.Context, tenantID string, in SettingsI
 		return Settings{}, err
 	}
 	if err := checkSLO("slo", in.SLO); err != nil {
+		return Settings{}, err
+	}
+	if err := checkAutopilot(preset, in.SLO); err != nil {
 		return Settings{}, err
 	}
 	if in.DefaultClusterID != "" {

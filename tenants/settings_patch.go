@@ -15,6 +15,8 @@ type SLOPatch struct {
 	E2EMs                *float64 `json:"e2e_ms"`
 	MaxCostUSDPerRequest *float64 `json:"max_cost_usd_per_request"`
 	MonthlyBudgetUSD     *float64 `json:"monthly_budget_usd"`
+	P95E2EMs             *float64 `json:"p95_e2e_ms"`
+	P95TTFTMs            *float64 `json:"p95_ttft_ms"`
 }
 
 // LimitsPatch is the limits object of PATCH /api/v1/settings: each absent
@@ -75,6 +77,8 @@ func (p SettingsPatch) merge(cur Settings) SettingsInput {
 		set(&in.SLO.E2EMs, o.E2EMs)
 		set(&in.SLO.MaxCostUSDPerRequest, o.MaxCostUSDPerRequest)
 		set(&in.SLO.MonthlyBudgetUSD, o.MonthlyBudgetUSD)
+		set(&in.SLO.P95E2EMs, o.P95E2EMs)
+		set(&in.SLO.P95TTFTMs, o.P95TTFTMs)
 	}
 	if l := p.Limits; l != nil {
 		nl := cur.Limits

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/autopilot"
 )
 
 // Domain errors. ErrNotFound is also what another tenant's id yields.
@@ -63,6 +64,18 @@ type SLO struct {
 	E2EMs                float64 `json:"e2e_ms"`
 	MaxCostUSDPerRequest float64 `json:"max_cost_usd_per_request"`
 	MonthlyBudgetUSD     float64 `json:"monthly_budget_usd"`
+	// P95E2EMs and P95TTFTMs are the targets of the autopilot preset
+	// (routing/autopilot): 95th percentiles over 10 s windows, not
+	// per-request budgets; max_cost_usd_per_request is its cost target.
+	P95E2EMs  float64 `json:"p95_e2e_ms,omitempty"`
+	P95TTFTMs float64 `json:"p95_ttft_ms,omitempty"`
+}
+
+// AutopilotTargets returns the autopilot targets s holds; ok is false
+// when it sets no p95 target.
+func (s SLO) AutopilotTargets() (autopilot.Targets, bool) {
+	t := autopilot.Targets{P95E2E: time.Duration(s.P95E2EMs * float64(time.Millisecond)), P95TTFT: time.Duration(s.P95TTFTMs * float64(time.Millisecond)), MaxCostUSD: s.MaxCostUSDPerRequest}
+	return t, t.Validate() == nil
 }
 
 // Routing converts s to the scheduler's SLO.

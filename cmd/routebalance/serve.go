@@ -30,6 +30,7 @@ import (
 	"github.com/routebalance/routebalance/migrations"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/dispatch"
+	"github.com/routebalance/routebalance/routing/autopilot"
 	"github.com/routebalance/routebalance/routing/estimate"
 	"github.com/routebalance/routebalance/routing/latency"
 	"github.com/routebalance/routebalance/routing/owner"
@@ -61,6 +62,7 @@ type serveConfig struct {
 	cacheMode       string
 	cacheTTL        time.Duration
 	requestTimeout  time.Duration
+	autopilotEvery  time.Duration
 	logLevel        slog.Level
 	indexDir        string
 	latencyDir      string
@@ -117,6 +119,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	grace, _ := time.ParseDuration(env("SHUTDOWN_TIMEOUT", "30s"))
 	reqTimeout, _ := time.ParseDuration(env("REQUEST_TIMEOUT", api.DefaultConfig().RequestTimeout.String()))
 	fs.DurationVar(&c.requestTimeout, "request-timeout", reqTimeout, "deadline of one request, streams included: an upstream still silent or streaming then is cut off and the request metered as it stands (env ROUTEBALANCE_REQUEST_TIMEOUT)")
+	apEvery, _ := time.ParseDuration(env("AUTOPILOT_INTERVAL", "5s"))
+	fs.DurationVar(&c.autopilotEvery, "autopilot-interval", apEvery, "control interval of the autopilot preset's controllers (routing/autopilot) (env ROUTEBALANCE_AUTOPILOT_INTERVAL)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", grace, "how long in-flight requests and streams may run after SIGINT/SIGTERM (env ROUTEBALANCE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by routebalance index build; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
 	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
@@ -158,8 +162,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	if err := c.tracing.Validate(); err != nil {
 		return c, fmt.Errorf("--otlp-endpoint/--trace-sample-ratio: %w", err)
 	}
-	if c.bodyLimit <= 0 || c.shutdownTimeout <= 0 || c.requestTimeout <= 0 {
-		return c, errors.New("--body-limit, --shutdown-timeout and --request-timeout must be positive")
+	if c.bodyLimit <= 0 || c.shutdownTimeout <= 0 || c.requestTimeout <= 0 || c.autopilotEvery <= 0 {
+		return c, errors.New("--body-limit, --shutdown-timeout, --request-timeout and --autopilot-interval must be positive")
 	}
 	return c, nil
 }
@@ -604,6 +608,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("what-if preview: %w", err)
 	}
 	deps.WhatIf = previewer
+
+	// The autopilot preset: a controller per (cluster, target set), stepped
+	// every --autopilot-interval on the windows of the requests it routed
+	// (feedback only: no live replay, routing/autopilot/README.md).
+	apReg, err := autopilot.NewRegistry(autopilot.LiveConfig{Interval: cfg.autopilotEvery}, nil, nil, tel.AutopilotHooks(), log)
+	if err != nil {
+		return fmt.Errorf("autopilot: %w", err)
+	}
+	workers.Go(func() error { return apReg.Run(bg) })
+	deps.Inference.Autopilot = apReg
 
 	if cfg.metricsToken != "" {
 		deps.Metrics, deps.MetricsToken = tel.Handler(), cfg.metricsToken

@@ -6,6 +6,7 @@ import { h, replace, field, toast, confirmDialog, fmtNum, fmtInt, fmtUSD, fmtMs 
 import { list } from '../api.js';
 import { loadClusters, rememberCluster } from '../data.js';
 import { kindFor } from '../kind.js';
+import { autopilotView } from '../autopilot.js';
 
 const STATE_MS = 3000;
 // Used when the server has no GET /api/v1/catalog (its list is richer).
@@ -178,8 +179,27 @@ export function render(ctx) {
         : stateTable(rows, instances));
     }
 
+    // Autopilot: GET /api/v1/clusters/{id}/autopilot (web/README.md).
+    const apSlot = h('div', { id: 'autopilot-slot' }, h('p', { class: 'muted' }, 'Loading…'));
+    const apStatus = h('span', { class: 'muted small' });
+    async function refreshAutopilot() {
+      let r;
+      try {
+        r = await ctx.api.get(`/clusters/${cid}/autopilot`);
+      } catch (e) {
+        if (ctx.signal.aborted) return;
+        if (e.notFound) replace(apSlot, h('p', { class: 'unavailable' }, `This server does not offer GET /api/v1/clusters/{id}/autopilot (${e.status}).`));
+        else apStatus.textContent = `Could not refresh: ${e.message}`;
+        return;
+      }
+      if (ctx.signal.aborted) return;
+      replace(apSlot, autopilotView(r));
+      apStatus.textContent = `Updated ${new Date().toLocaleTimeString('en-US', { hour12: false })}`;
+    }
+
     refreshInstances();
     ctx.every(STATE_MS, refreshState);
+    ctx.every(STATE_MS, refreshAutopilot);
 
     return h('div', { class: 'stack' },
       h('div', { class: 'toolbar' },
@@ -193,7 +213,11 @@ export function render(ctx) {
       h('div', { class: 'panel' },
         h('div', { class: 'panel-head' }, h('h2', {}, 'Live state'), stateStatus),
         h('p', { class: 'muted small' }, 'What the router believes about each instance right now: health, requests in flight and queued, predicted decode tokens still pending, predicted time per output token (TPOT̂) and the age of the last /metrics scrape.'),
-        stateSlot));
+        stateSlot),
+      h('div', { class: 'panel', id: 'autopilot-panel' },
+        h('div', { class: 'panel-head' }, h('h2', {}, 'Autopilot'), apStatus),
+        h('p', { class: 'muted small' }, 'Requests with preset autopilot give targets (p95 latency, optional cost) instead of weights; a controller per target set moves the weights every few seconds toward quality while the targets hold and back toward latency when a window misses.'),
+        apSlot));
   }
 }
 
