@@ -16,6 +16,7 @@ import (
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/autopilot"
 	"github.com/routebalance/routebalance/routing/schedule"
 )
 
@@ -43,6 +44,7 @@ func populated(t *testing.T) map[string]dto.MetricType {
 	f.err = routing.ErrNoCapacity
 	_, _ = r.Route(context.Background(), c, &routing.Request{})
 	m.Meter(nil, billing.DefaultPricing()).Record(billing.UsageEvent{ClusterID: "c", Model: "m", InstanceID: "i", Status: "ok", HTTPStatus: 200, TTFT: time.Second})
+	m.AutopilotHooks().Step("c", autopilot.Targets{P95E2E: time.Second}, autopilot.WindowStatus{N: 1, P95E2EMs: 1, P95TTFTMs: 1, TargetMet: true}, autopilot.DecisionStatus{})
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -146,19 +146,18 @@ func TestAutopilotRamp(t *testing.T) {
 	if !(ap.Quality > lc.Quality) {
 		t.Errorf("autopilot quality %.4f ≤ latency preset's %.4f", ap.Quality, lc.Quality)
 	}
-	// It spends the headroom at light load and gives it back at the peak:
-	// the highest w_q of the first light phase (windows 0–3) is above the
-	// peak's. (Not a fixed light window: where in the light phase the
-	// controller tops out depends on the score; under the default
-	// "relative" score a saturating tier already loses the latency term, so
-	// the peak needs less give-back than under the range score.)
-	light, peak := 0.0, ap.Windows[7].Weights.Quality
+	// It spends the headroom at light load: w_q rises above where it
+	// started (balanced). Whether it has to give weight back at the peak
+	// depends on the score: under the default "relative" score a
+	// saturating tier already loses the latency term, the peak stays
+	// within the target and the band holds (the give-back path is
+	// TestDecide's and TestClosedLoopSettles').
+	light := 0.0
 	for _, win := range ap.Windows[:4] {
 		light = max(light, win.Weights.Quality)
 	}
-	t.Logf("highest w_q at light load %.2f, at the peak %.2f", light, peak)
-	if !(light > peak) {
-		t.Errorf("highest w_q at light load %.2f, at the peak %.2f: want it lower at the peak", light, peak)
+	if !(light > 1.0/3+0.1) {
+		t.Errorf("highest w_q at light load %.2f: the headroom was not spent", light)
 	}
 	// Fixed presets carry windows too, with their constant weights.
 	if len(qc.Windows) != 12 || autopilot.Step(qc.Windows[4].Weights, q) > 1e-9 || qc.Autopilot != nil {
