@@ -347,6 +347,9 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
   assert.match(await fieldError(page, 'password'), /Wrong email or password/);
   layout.push(...await shoot(page, 'login-error'));
   await page.getByRole('link', { name: 'Create an account' }).click();
+  // Wait for the new page: filling before it renders types into the old form.
+  await page.waitForURL('**/signup');
+  await page.getByRole('button', { name: 'Create account' }).waitFor();
   await page.getByLabel('Name or organisation').fill('Someone Else');
   await page.getByLabel('Email').fill(EMAIL);
   await page.getByLabel('Password').fill(PASSWORD);
@@ -354,6 +357,8 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
   await page.getByRole('button', { name: 'Create account' }).click();
   assert.match(await fieldError(page, 'email'), /already exists/);
   await page.getByRole('link', { name: 'Log in' }).click();
+  await page.waitForURL('**/login');
+  await page.getByRole('button', { name: 'Log in' }).waitFor();
   await page.getByLabel('Email').fill(EMAIL);
   await page.getByLabel('Password').fill(PASSWORD);
   await page.getByRole('button', { name: 'Log in' }).click();
