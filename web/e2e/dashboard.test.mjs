@@ -338,8 +338,15 @@ test('dashboard end to end in headless Chromium', { skip: missing && !CI ? missi
   await page.waitForURL('**/usage');
 
   // ---- log out; wrong password and taken email errors ------------------
+  // Log out revokes the login on the server: its refresh token stops working.
+  const refreshToken = await page.evaluate(() => JSON.parse(sessionStorage.getItem('routebalance.session') || localStorage.getItem('routebalance.session') || '{}').refresh_token);
+  const loggedOut = page.waitForResponse((r) => r.url().endsWith('/api/v1/logout'));
   await page.getByRole('button', { name: 'Log out' }).click();
+  assert.equal((await loggedOut).status(), 204, 'POST /api/v1/logout');
   await page.waitForURL('**/login');
+  assert.ok(refreshToken, 'a refresh token was stored before logging out');
+  const again = await fetch(`${base}/api/v1/refresh`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ refresh_token: refreshToken }) });
+  assert.equal(again.status, 401, 'the logged-out refresh token is refused');
   await page.getByLabel('Email').fill(EMAIL);
   await page.getByLabel('Password').fill('not-the-password-1');
   w.expect('POST', /^\/api\/v1\/login$/, 401);

@@ -123,6 +123,12 @@ document.addEventListener('click', (e) => {
 window.addEventListener('popstate', render);
 let loggingOut = false;
 document.getElementById('logout').addEventListener('click', () => {
+  // Revoke this login on the server too (its refresh-token family), not
+  // only in this tab; keepalive lets the request outlive the page change.
+  const token = session.access;
+  if (token) {
+    fetch('/api/v1/logout', { method: 'POST', headers: { Authorization: `Bearer ${token}` }, credentials: 'omit', cache: 'no-store', keepalive: true }).catch(() => {});
+  }
   loggingOut = true;
   rememberCluster('');
   session.clear();
