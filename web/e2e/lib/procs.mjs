@@ -80,7 +80,9 @@ export async function startServer(bin, dataDir, extraArgs = []) {
   // anything else (scripts/test.sh exports DATABASE_URL for the Go tests).
   delete env.DATABASE_URL;
   for (const k of Object.keys(env)) if (k.startsWith('ROUTEBALANCE_')) delete env[k];
-  const proc = start(bin, ['serve', '--addr', `127.0.0.1:${port}`, '--data-dir', dataDir, '--allow-private-endpoints', ...extraArgs], { env });
+  // Metrics on a free port too: the default 127.0.0.1:9091 collides with any
+  // other serve on the machine (a second test run, a developer's own).
+  const proc = start(bin, ['serve', '--addr', `127.0.0.1:${port}`, '--data-dir', dataDir, '--allow-private-endpoints', '--metrics-addr', '127.0.0.1:0', ...extraArgs], { env });
   const base = `http://127.0.0.1:${port}`;
   await waitFor('routebalance serve /readyz', async () => (await fetch(`${base}/readyz`)).ok, { proc, timeoutMs: 60_000 });
   return { base, proc };
