@@ -20,29 +20,11 @@ func TestDemoAnswersStreamThroughRouter(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- runDemo(ctx, []string{"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--time-scale", "0.02"}, &out, &errOut)
-	}()
-	keyRe := regexp.MustCompile(`API key:\s+(\S+)`)
-	urlRe := regexp.MustCompile(`Dashboard:\s+(http://\S+)/`)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(out.String(), "Ctrl-C") {
-		select {
-		case err := <-done:
-			t.Fatalf("demo exited: %v\nstdout: %s\nstderr: %s", err, out.String(), errOut.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("demo not up; stdout: %s stderr: %s", out.String(), errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	key := keyRe.FindStringSubmatch(out.String())
-	base := urlRe.FindStringSubmatch(out.String())
+	printed, done := startDemo(ctx, t, "0.02", 60*time.Second)
+	key := regexp.MustCompile(`API key:\s+(\S+)`).FindStringSubmatch(printed)
+	base := regexp.MustCompile(`Dashboard:\s+(http://\S+)/`).FindStringSubmatch(printed)
 	if key == nil || base == nil {
-		t.Fatalf("no key or URL in:\n%s", out.String())
+		t.Fatalf("no key or URL in:\n%s", printed)
 	}
 	client := openai.NewClient(option.WithBaseURL(base[1]+"/v1"), option.WithAPIKey(key[1]), option.WithMaxRetries(0))
 	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
@@ -69,4 +51,30 @@ func TestDemoAnswersStreamThroughRouter(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("demo did not stop after cancel")
 	}
+}
+
+// startDemo runs `routebalance demo` in-process (until ctx ends) with the
+// given --time-scale and waits, at most within, for it to print that it is
+// up; it returns what the demo printed by then and the channel its exit
+// error arrives on.
+func startDemo(ctx context.Context, t *testing.T, timeScale string, within time.Duration) (string, <-chan error) {
+	t.Helper()
+	var out, errOut syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runDemo(ctx, []string{"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--time-scale", timeScale}, &out, &errOut)
+	}()
+	deadline := time.Now().Add(within)
+	for !strings.Contains(out.String(), "Ctrl-C") {
+		select {
+		case err := <-done:
+			t.Fatalf("demo exited: %v\nstdout: %s\nstderr: %s", err, out.String(), errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo not up; stdout: %s stderr: %s", out.String(), errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return out.String(), done
 }

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,24 +28,7 @@ func TestWhatIfMatchesObservedDemoTraffic(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- runDemo(ctx, []string{"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--time-scale", "0.25"}, &out, &errOut)
-	}()
-	deadline := time.Now().Add(90 * time.Second)
-	for !strings.Contains(out.String(), "Ctrl-C") {
-		select {
-		case err := <-done:
-			t.Fatalf("demo exited: %v\nstdout: %s\nstderr: %s", err, out.String(), errOut.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("demo not up; stdout: %s stderr: %s", out.String(), errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	s := out.String()
+	s, done := startDemo(ctx, t, "0.25", 90*time.Second)
 	key := regexp.MustCompile(`API key:\s+(\S+)`).FindStringSubmatch(s)
 	base := regexp.MustCompile(`Dashboard:\s+(http://\S+)/`).FindStringSubmatch(s)
 	login := regexp.MustCompile(`log in as (\S+) / (\S+)`).FindStringSubmatch(s)
