@@ -81,7 +81,6 @@ type slot struct {
 	kv        float64
 	pending   float64
 	queued    float64 // Σ L̂ of the requests in the admission queue
-	tpot      float64 // seconds per token with one more sequence
 }
 
 // NewCore returns the scheduler of cluster c.
@@ -361,7 +360,6 @@ func (c *Core) buildView(now time.Time) {
 			pending:   s.Pending,
 			queued:    queued,
 		}
-		c.refreshTPOT(&v)
 		c.view = append(c.view, v)
 		if v.inflight > 0 {
 			// Dead reckoning follows the instance's present decode speed.
@@ -370,17 +368,6 @@ func (c *Core) buildView(now time.Time) {
 			})))
 		}
 	}
-}
-
-// refreshTPOT predicts the instance's TPOT with one more sequence running.
-func (c *Core) refreshTPOT(v *slot) {
-	l := routing.Load{
-		Running:             v.running + 1,
-		Waiting:             v.waiting + float64(v.queue),
-		KVUsage:             v.kv,
-		PendingDecodeTokens: v.pending,
-	}
-	v.tpot = v.lat.TPOT(l)
 }
 
 // orderBatch fills c.order: longest predicted output first (L̂ of the
@@ -479,7 +466,6 @@ func (c *Core) take(v *slot, tokens float64) bool {
 		v.inflight++
 		v.running++
 		v.pending += tokens
-		c.refreshTPOT(v)
 		return true
 	}
 	v.queue++

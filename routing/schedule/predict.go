@@ -9,7 +9,8 @@ type prediction struct {
 	TTFT float64
 	// Wait is the predicted admission-queue wait (0 below the cap).
 	Wait float64
-	// TPOT is TPOT̂ with one more sequence running.
+	// TPOT is TPOT̂ at the same load as TTFT (one more sequence running,
+	// this request's prompt tokens).
 	TPOT float64
 	// Latency is T̂ = TTFT + Wait + TPOT·L̂.
 	Latency float64
@@ -30,17 +31,23 @@ type prediction struct {
 // (q+1)·(d/b)/b steps, charged each queued request the *remaining* tokens
 // of a running one instead of its own, about half of them, and
 // under-predicted the saturated cheap tiers' E2E 1.8–2.7× (docs/benchmarks.md).
+//
+// TPOT̂ is asked at the load TTFT̂ is asked at, the one the lease records
+// and Release hands to the online model: with the request's prompt tokens.
+// (It was once computed per instance without them, so a model that had
+// learnt a prompt coefficient was asked off its features and could answer
+// its floor.)
 func predict(v *slot, prompt, L float64) prediction {
 	b := max(1, v.running)
-	p := prediction{TPOT: v.tpot}
-	p.TTFT = v.lat.TTFT(routing.Load{
+	l := routing.Load{
 		Running: v.running + 1, Waiting: v.waiting + float64(v.queue), KVUsage: v.kv,
 		PendingDecodeTokens: v.pending, PromptTokens: prompt,
-	})
-	if v.inflight >= v.cap {
-		p.Wait = v.tpot * (max(v.pending/b, 1)/b + v.queued/b)
 	}
-	p.Latency = p.TTFT + p.Wait + v.tpot*L
+	p := prediction{TTFT: v.lat.TTFT(l), TPOT: v.lat.TPOT(l)}
+	if v.inflight >= v.cap {
+		p.Wait = p.TPOT * (max(v.pending/b, 1)/b + v.queued/b)
+	}
+	p.Latency = p.TTFT + p.Wait + p.TPOT*L
 	p.Cost = v.inst.CostUSD(prompt, L)
 	return p
 }

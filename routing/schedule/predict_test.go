@@ -21,10 +21,8 @@ func (linearTier) TTFT(l routing.Load) float64 { return 0.05 + 0.0001*l.PromptTo
 func TestPredict(t *testing.T) {
 	inst := &routing.Instance{PriceInPerMTok: 1, PriceOutPerMTok: 2}
 	slotOf := func(inflight, cap, queue int, running, pending, queued float64) *slot {
-		v := &slot{inst: inst, lat: linearTier{}, inflight: inflight, cap: cap, queue: queue,
+		return &slot{inst: inst, lat: linearTier{}, inflight: inflight, cap: cap, queue: queue,
 			running: running, pending: pending, queued: queued}
-		v.tpot = v.lat.TPOT(routing.Load{Running: running + 1})
-		return v
 	}
 	for _, tc := range []struct {
 		name string
@@ -51,6 +49,37 @@ func TestPredict(t *testing.T) {
 				t.Errorf("predict (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// promptTier's TPOT grows with the prompt (prefill interference, as an
+// online model learns it from leases that record the prompt).
+type promptTier struct{}
+
+func (promptTier) TPOT(l routing.Load) float64 { return 0.01 + 0.001*l.Running + 0.00002*l.PromptTokens }
+func (promptTier) TTFT(l routing.Load) float64 { return 0.05 }
+
+// TestPredictTPOTSeesThePrompt: TPOT̂ is asked with the request's prompt
+// tokens, the load the lease records and the online model learns at; a
+// prompt-less TPOT̂ (the old per-instance value) would be 0.012 here for
+// every prompt.
+func TestPredictTPOTSeesThePrompt(t *testing.T) {
+	inst := &routing.Instance{}
+	for _, tc := range []struct{ prompt, wantTPOT float64 }{
+		{0, 0.012}, {500, 0.022}, {2000, 0.052},
+	} {
+		v := &slot{inst: inst, lat: promptTier{}, cap: 4, running: 1}
+		got := predict(v, tc.prompt, 100)
+		if math.Abs(got.TPOT-tc.wantTPOT) > 1e-12 || math.Abs(got.Latency-(0.05+100*tc.wantTPOT)) > 1e-12 {
+			t.Errorf("prompt %v: TPOT %v, T̂ %v; want TPOT %v", tc.prompt, got.TPOT, got.Latency, tc.wantTPOT)
+		}
+	}
+	// At the cap the queue wait is counted in the same TPOT̂.
+	v := &slot{inst: inst, lat: promptTier{}, inflight: 2, cap: 2, running: 2, pending: 200}
+	got := predict(v, 1000, 10)
+	tpot := 0.01 + 0.003 + 0.02
+	if want := tpot * (100.0 / 2); math.Abs(got.Wait-want) > 1e-12 {
+		t.Errorf("wait %v, want %v", got.Wait, want)
 	}
 }
 
