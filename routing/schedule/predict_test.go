@@ -56,7 +56,9 @@ func TestPredict(t *testing.T) {
 // online model learns it from leases that record the prompt).
 type promptTier struct{}
 
-func (promptTier) TPOT(l routing.Load) float64 { return 0.01 + 0.001*l.Running + 0.00002*l.PromptTokens }
+func (promptTier) TPOT(l routing.Load) float64 {
+	return 0.01 + 0.001*l.Running + 0.00002*l.PromptTokens
+}
 func (promptTier) TTFT(l routing.Load) float64 { return 0.05 }
 
 // TestPredictTPOTSeesThePrompt: TPOT̂ is asked with the request's prompt
