@@ -60,7 +60,7 @@ func exchangeID(c *fiber.Ctx) string {
 	case id == "":
 		id = newRequestID()
 	case id == c.Get(HeaderRequestID):
-		id = id + "-" + newRequestID()[:8]
+		id = id + "-" + randomSuffix()
 	default:
 		return id
 	}

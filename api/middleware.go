@@ -45,8 +45,33 @@ func saneRequestID(id string) bool {
 	return true
 }
 
-func newRequestID() string {
-	var b [12]byte
+// newRequestID makes a request id: 28 hex digits, the Unix time in
+// milliseconds (12) and then 64 random bits (16).
+func newRequestID() string { return requestIDAt(time.Now()) }
+
+// requestIDAt is newRequestID at time t. Ids of later milliseconds sort
+// after earlier ones, so the usage ledger's primary key (request_id)
+// grows at its end instead of at a random leaf per request: with random
+// ids every row of a batch dirtied its own index page, and the SQLite
+// insert cost ~25 % more CPU per event (BenchmarkInsert in
+// billing/sqlitestore, TIMEID=1 against random ids). Uniqueness rests
+// on the random part: two requests of the same millisecond collide with
+// probability 2⁻⁶⁴.
+func requestIDAt(t time.Time) string {
+	var b [14]byte
+	ms := uint64(max(t.UnixMilli(), 0))
+	for i := 5; i >= 0; i-- {
+		b[i] = byte(ms)
+		ms >>= 8
+	}
+	rand.Read(b[6:]) //nolint:errcheck // crypto/rand does not fail
+	return hex.EncodeToString(b[:])
+}
+
+// randomSuffix is 8 random hex digits (the suffix that makes a client's
+// X-Request-Id unique).
+func randomSuffix() string {
+	var b [4]byte
 	rand.Read(b[:]) //nolint:errcheck // crypto/rand does not fail
 	return hex.EncodeToString(b[:])
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/routebalance/routebalance/billing"
@@ -17,6 +18,11 @@ import (
 // Store is the billing storage over a SQLite handle.
 type Store struct {
 	db *sql.DB
+	// insert is Insert's prepared statement, made on first use and kept
+	// for the handle's life (it is closed with the *sql.DB): preparing
+	// it per batch cost ~12 µs of CPU per commit (BenchmarkInsert).
+	mu     sync.Mutex
+	insert *sql.Stmt
 }
 
 // New returns a Store on db (migrations already applied).
@@ -30,36 +36,62 @@ func fromMs(v int64) time.Time { return time.UnixMilli(v).UTC() }
 
 func durMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// usageArity is the number of columns Insert writes.
+const usageArity = 25
+
+const insertUsage = `INSERT OR IGNORE INTO billing_usage (request_id, tenant_id, key_id,
+	cluster_id, instance_id, model, policy, prompt_tokens, output_tokens, cost_nano, billed_nano,
+	predicted_quality, ttft_ms, e2e_ms, status, http_status, started_ms, finished_ms,
+	predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts)
+	VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+
+// appendUsageArgs appends e's values for insertUsage.
+func appendUsageArgs(args []any, e *billing.UsageEvent) []any {
+	return append(args, e.RequestID, e.TenantID, e.KeyID, e.ClusterID, e.InstanceID, e.Model,
+		e.Policy, e.PromptTokens, e.OutputTokens, int64(max(e.Cost, 0)), int64(max(e.Billed, 0)), e.PredictedQuality,
+		durMs(e.TTFT), durMs(e.E2E), e.Status, e.HTTPStatus, toMs(e.StartedAt), toMs(e.FinishedAt),
+		durMs(e.PredictedE2E), e.Preset, e.Weights.Quality, e.Weights.Cost, e.Weights.Latency,
+		billing.JoinRelaxed(e.Relaxed), max(1, e.Attempts))
+}
+
+// insertStmt returns the prepared insertUsage.
+func (s *Store) insertStmt(ctx context.Context) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.insert != nil {
+		return s.insert, nil
+	}
+	st, err := s.db.PrepareContext(ctx, insertUsage)
+	if err != nil {
+		return nil, err
+	}
+	s.insert = st
+	return st, nil
+}
+
 // Insert writes evs in one transaction with INSERT OR IGNORE and returns
-// the inserted request ids.
+// the inserted request ids (an id already in the ledger, or twice in evs,
+// is inserted once).
 func (s *Store) Insert(ctx context.Context, evs []billing.UsageEvent) ([]string, error) {
+	st, err := s.insertStmt(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("billing sqlitestore: prepare: %w", err)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("billing sqlitestore: begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after commit
-	st, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO billing_usage (request_id, tenant_id, key_id,
-		cluster_id, instance_id, model, policy, prompt_tokens, output_tokens, cost_nano, billed_nano,
-		predicted_quality, ttft_ms, e2e_ms, status, http_status, started_ms, finished_ms,
-		predicted_e2e_ms, preset, w_quality, w_cost, w_latency, relaxed, attempts)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`)
-	if err != nil {
-		return nil, fmt.Errorf("billing sqlitestore: prepare: %w", err)
-	}
-	defer st.Close()
+	ins := tx.StmtContext(ctx, st)
 	ids := make([]string, 0, len(evs))
+	args := make([]any, 0, usageArity)
 	for i := range evs {
-		e := &evs[i]
-		res, err := st.ExecContext(ctx, e.RequestID, e.TenantID, e.KeyID, e.ClusterID, e.InstanceID, e.Model,
-			e.Policy, e.PromptTokens, e.OutputTokens, int64(max(e.Cost, 0)), int64(max(e.Billed, 0)), e.PredictedQuality,
-			durMs(e.TTFT), durMs(e.E2E), e.Status, e.HTTPStatus, toMs(e.StartedAt), toMs(e.FinishedAt),
-			durMs(e.PredictedE2E), e.Preset, e.Weights.Quality, e.Weights.Cost, e.Weights.Latency,
-			billing.JoinRelaxed(e.Relaxed), max(1, e.Attempts))
+		res, err := ins.ExecContext(ctx, appendUsageArgs(args[:0], &evs[i])...)
 		if err != nil {
 			return nil, fmt.Errorf("billing sqlitestore: insert usage: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
-			ids = append(ids, e.RequestID)
+			ids = append(ids, evs[i].RequestID)
 		}
 	}
 	if err := tx.Commit(); err != nil {
