@@ -142,7 +142,10 @@ func config(base string) stripesync.Config {
 	cfg.APIBaseURL = base
 	cfg.MinBackoff = time.Minute
 	cfg.MaxBackoff = time.Hour
-	cfg.RequestTimeout = 5 * time.Second
+	// A guard against a hung call, not a speed check: stripe-mock checks
+	// each request against its whole OpenAPI spec, which takes seconds on
+	// a loaded 2-core machine. (The dead-Stripe cases are refused at once.)
+	cfg.RequestTimeout = time.Minute
 	return cfg
 }
 
