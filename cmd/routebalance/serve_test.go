@@ -48,8 +48,8 @@ func startServe(t testing.TB, dataDir string, extra ...string) (string, func() e
 		select {
 		case err := <-done:
 			return err
-		case <-time.After(20 * time.Second):
-			t.Fatal("serve did not stop within 20 s of cancellation")
+		case <-time.After(time.Minute): // a hang guard: a loaded machine drains slowly
+			t.Fatal("serve did not stop within 1 min of cancellation")
 			return nil
 		}
 	}

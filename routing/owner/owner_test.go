@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,20 +12,62 @@ import (
 
 	"github.com/routebalance/routebalance/internal/redistest"
 	"github.com/routebalance/routebalance/internal/testwait"
+	"github.com/routebalance/routebalance/routing"
 )
 
-// replica returns the leases of a replica named id over its own client.
+// replica returns the leases of a replica named id over its own client,
+// on the wall clock.
 func replica(t *testing.T, prefix, id string, cfg Config) *Leases {
+	t.Helper()
+	return replicaAt(t, prefix, id, cfg, nil)
+}
+
+// replicaAt is replica on clock (nil: the wall clock). A Redis call gets
+// 10 s unless cfg says otherwise: past the 250 ms default a lookup routes
+// here (the fail mode), which a loaded machine must not trigger in a test
+// of the leases themselves.
+func replicaAt(t *testing.T, prefix, id string, cfg Config, clock routing.Clock) *Leases {
 	t.Helper()
 	cfg.Prefix, cfg.ID = prefix, id
 	if cfg.URL == "" {
 		cfg.URL = "http://" + id + ".test:8080"
 	}
-	l, err := New(cfg, redistest.NewClient(t), nil, nil)
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	l, err := New(cfg, redistest.NewClient(t), clock, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// manualClock is a clock the test moves: the leases' local deadlines
+// (claim, idle, down) then do not depend on how fast the machine runs.
+// The lease TTL itself still runs on Redis's clock.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *manualClock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// countingClient counts the scripts run through a Redis client.
+type countingClient struct {
+	*redis.Client
+	calls atomic.Int64
+}
+
+func (c *countingClient) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	c.calls.Add(1)
+	return c.Client.Eval(ctx, script, keys, args...)
+}
+
+func (c *countingClient) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	c.calls.Add(1)
+	return c.Client.EvalSha(ctx, sha1, keys, args...)
 }
 
 // run runs l's renewals until the test ends or stop is called.
@@ -44,6 +87,7 @@ func TestLeaseAcquireAndForward(t *testing.T) {
 	b := replica(t, prefix, "b", Config{})
 	ctx := context.Background()
 
+	taken := time.Now()
 	if o, fwd := a.Lookup(ctx, "c1"); fwd || o != a.Self() {
 		t.Fatalf("first lookup on a: owner %v forward %v, want a itself", o, fwd)
 	}
@@ -51,8 +95,9 @@ func TestLeaseAcquireAndForward(t *testing.T) {
 	if err != nil || v != "a@http://a.test:8080" {
 		t.Fatalf("lease value %q (%v), want a@http://a.test:8080", v, err)
 	}
-	if ttl := rdb.PTTL(ctx, prefix+":c1").Val(); ttl <= 9*time.Second || ttl > 10*time.Second {
-		t.Fatalf("lease pttl %v, want about 10 s", ttl)
+	// 10 s less the time since the lookup began (however slow the machine).
+	if ttl, since := rdb.PTTL(ctx, prefix+":c1").Val(), time.Since(taken); ttl < 10*time.Second-since-time.Millisecond || ttl > 10*time.Second {
+		t.Fatalf("lease pttl %v %v after it was taken, want 10 s less that", ttl, since)
 	}
 	o, fwd := b.Lookup(ctx, "c1")
 	if !fwd || o != (Replica{ID: "a", URL: "http://a.test:8080"}) {
@@ -87,16 +132,18 @@ func TestLeaseWithoutURLNeverOwns(t *testing.T) {
 func TestLeaseRenewExpireTakeover(t *testing.T) {
 	rdb, prefix := redistest.Client(t)
 	ctx := context.Background()
-	cfg := Config{TTL: 300 * time.Millisecond, Recheck: 20 * time.Millisecond}
+	// A 1 s TTL: the renewals below (every TTL/3, on the wall clock, as
+	// Run does) keep the lease unless this goroutine stalls for most of
+	// a second; 300 ms was within reach of a loaded machine's stalls.
+	cfg := Config{TTL: time.Second, Recheck: 20 * time.Millisecond}
 	a := replica(t, prefix, "a", cfg)
 	b := replica(t, prefix, "b", cfg)
 	a.Lookup(ctx, "c")
-	// Renewed (every TTL/3, as Run does): held well past one TTL while a
-	// keeps using it.
-	deadline := time.Now().Add(1200 * time.Millisecond)
+	// Renewed: held well past one TTL while a keeps using it.
+	deadline := time.Now().Add(2500 * time.Millisecond)
 	lastRenew := time.Now()
 	for time.Now().Before(deadline) {
-		if time.Since(lastRenew) >= 100*time.Millisecond {
+		if time.Since(lastRenew) >= cfg.TTL/3 {
 			a.renew(ctx)
 			lastRenew = time.Now()
 		}
@@ -113,12 +160,15 @@ func TestLeaseRenewExpireTakeover(t *testing.T) {
 		t.Fatal("the lease vanished without its TTL passing")
 	}
 	crashed := time.Now()
+	var slowest time.Duration // the longest lookup: how late the poll can see the takeover
 	testwait.Until(t, "b takes over the crashed owner's cluster", func() bool {
+		start := time.Now()
 		_, fwd := b.Lookup(ctx, "c")
+		slowest = max(slowest, time.Since(start))
 		return !fwd && b.Holds("c")
 	})
-	if d := time.Since(crashed); d > 300*time.Millisecond+cfg.Recheck+2*time.Second {
-		t.Errorf("takeover %v after the crash, want within TTL (300 ms) + recheck", d)
+	if d := time.Since(crashed); d > cfg.TTL+cfg.Recheck+2*time.Second+2*slowest {
+		t.Errorf("takeover %v after the crash, want within TTL (%v) + recheck (lookups took up to %v)", d, cfg.TTL, slowest)
 	}
 	if a.Holds("c") {
 		t.Fatal("a still claims a lease it could not renew past its deadline")
@@ -163,11 +213,14 @@ func TestLeaseReleaseAtStopAndIdle(t *testing.T) {
 	if _, fwd := b.Lookup(ctx, "c"); fwd || !b.Holds("c") {
 		t.Fatal("b did not take the released lease at once")
 	}
-	// Idle: a lease with no request for Idle is released at the next renewal.
-	c := replica(t, prefix, "c", Config{TTL: 10 * time.Second, Idle: 50 * time.Millisecond})
+	// Idle: a lease with no request for Idle is released at the next
+	// renewal (on a clock the test moves: a stall between Touch and renew
+	// must not make the touched lease idle).
+	clk := &manualClock{t: time.Now()}
+	c := replicaAt(t, prefix, "c", Config{TTL: 10 * time.Second, Idle: 50 * time.Millisecond}, clk)
 	c.Lookup(ctx, "idle")
 	c.Lookup(ctx, "forwarded")
-	time.Sleep(60 * time.Millisecond)
+	clk.Add(60 * time.Millisecond)
 	c.Touch("forwarded") // its requests arrive forwarded: not idle
 	c.renew(ctx)
 	if !c.Holds("forwarded") {
@@ -188,7 +241,8 @@ func TestLeaseUnreachableAndRedisDown(t *testing.T) {
 	_, prefix := redistest.Client(t)
 	ctx := context.Background()
 	a := replica(t, prefix, "a", Config{})
-	b := replica(t, prefix, "b", Config{Down: 100 * time.Millisecond})
+	clk := &manualClock{t: time.Now()}
+	b := replicaAt(t, prefix, "b", Config{Down: 100 * time.Millisecond}, clk)
 	a.Lookup(ctx, "c")
 	o, fwd := b.Lookup(ctx, "c")
 	if !fwd {
@@ -198,22 +252,25 @@ func TestLeaseUnreachableAndRedisDown(t *testing.T) {
 	if _, fwd := b.Lookup(ctx, "c"); fwd {
 		t.Fatal("b forwards to an owner it just found unreachable")
 	}
-	time.Sleep(110 * time.Millisecond)
+	clk.Add(110 * time.Millisecond)
 	if _, fwd := b.Lookup(ctx, "c"); !fwd {
 		t.Fatal("b does not try the owner again after Down")
 	}
 	// Redis unreachable: route here, no error, and back off.
-	d, err := New(Config{Prefix: prefix, ID: "d", URL: "http://d.test:1", Timeout: 50 * time.Millisecond, Backoff: time.Hour}, deadClient(t), nil, nil)
+	dead := &countingClient{Client: deadClient(t)}
+	d, err := New(Config{Prefix: prefix, ID: "d", URL: "http://d.test:1", Timeout: 50 * time.Millisecond, Backoff: time.Hour}, dead, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, fwd := d.Lookup(ctx, "c"); fwd || d.Holds("c") {
 		t.Fatal("without Redis a replica must route itself and claim nothing")
 	}
-	start := time.Now()
-	d.Lookup(ctx, "c")
-	if time.Since(start) > 40*time.Millisecond {
-		t.Error("a lookup during the backoff waited on Redis")
+	before := dead.calls.Load()
+	if _, fwd := d.Lookup(ctx, "c"); fwd {
+		t.Fatal("a lookup during the backoff forwards")
+	}
+	if n := dead.calls.Load() - before; before == 0 || n != 0 {
+		t.Errorf("Redis calls: %d by the first lookup, %d by one during the backoff: want some, then none (it must not wait on Redis)", before, n)
 	}
 	if st := d.Stats(); st.RedisErrors != 1 {
 		t.Fatalf("redis errors %d, want 1 (the second lookup is within the backoff)", st.RedisErrors)
