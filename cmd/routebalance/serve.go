@@ -63,6 +63,7 @@ type serveConfig struct {
 	cacheTTL        time.Duration
 	requestTimeout  time.Duration
 	autopilotEvery  time.Duration
+	whatIfTimeout   time.Duration // 0: sim's default
 	logLevel        slog.Level
 	indexDir        string
 	latencyDir      string
@@ -121,6 +122,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&c.requestTimeout, "request-timeout", reqTimeout, "deadline of one request, streams included: an upstream still silent or streaming then is cut off and the request metered as it stands (env ROUTEBALANCE_REQUEST_TIMEOUT)")
 	apEvery, _ := time.ParseDuration(env("AUTOPILOT_INTERVAL", "5s"))
 	fs.DurationVar(&c.autopilotEvery, "autopilot-interval", apEvery, "control interval of the autopilot preset's controllers (routing/autopilot) (env ROUTEBALANCE_AUTOPILOT_INTERVAL)")
+	wiTimeout, _ := time.ParseDuration(env("WHATIF_TIMEOUT", sim.DefaultWhatIfConfig().Timeout.String()))
+	fs.DurationVar(&c.whatIfTimeout, "whatif-timeout", wiTimeout, "wall-clock budget of one what-if replay (POST /api/v1/clusters/{id}/whatif); past it the preview answers 503 whatif_timeout (env ROUTEBALANCE_WHATIF_TIMEOUT)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", grace, "how long in-flight requests and streams may run after SIGINT/SIGTERM (env ROUTEBALANCE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by routebalance index build; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
 	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
@@ -603,7 +606,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if knn != nil {
 		pdeps.WhatIf.Estimator = knn
 	}
-	previewer, err := sim.NewPreviewer(sim.PreviewConfig{}, pdeps)
+	previewer, err := sim.NewPreviewer(sim.PreviewConfig{Sim: sim.WhatIfConfig{Timeout: cfg.whatIfTimeout}}, pdeps)
 	if err != nil {
 		return fmt.Errorf("what-if preview: %w", err)
 	}
