@@ -11,10 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/routebalance/routebalance/infra/clusters"
@@ -94,18 +95,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	// 3. The service, exactly as `routebalance serve` runs it.
-	ln, err := net.Listen("tcp", c.addr)
+	base, served, err := startDemoService(ctx, c, index, logFile)
 	if err != nil {
-		return fmt.Errorf("service address %s: %w (pick another with --addr)", c.addr, err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	// Metrics on a free loopback port (logged), so two demos do not clash.
-	serveArgs := append([]string{"--addr", addr, "--data-dir", c.dataDir, "--allow-private-endpoints", "--database-url", "", "--metrics-addr", "127.0.0.1:0"}, index...)
-	served := make(chan error, 1)
-	go func() { served <- runServe(ctx, serveArgs, io.Discard, logFile) }()
-	base := "http://" + addr
-	if err := waitReady(ctx, base, served); err != nil {
 		return err
 	}
 
@@ -133,6 +124,55 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	return nil
+}
+
+// startDemoService runs serve on c.addr and returns its base URL once it
+// is ready. serve binds the address itself and the URL is read from its
+// "routebalance listening on" line: with port 0 the kernel's port is
+// the one served (a port picked here and released for serve to bind could
+// be taken by another process meanwhile).
+func startDemoService(ctx context.Context, c demoConfig, index []string, logFile io.Writer) (string, <-chan error, error) {
+	// Metrics on a free loopback port (logged), so two demos do not clash.
+	serveArgs := append([]string{"--addr", c.addr, "--data-dir", c.dataDir, "--allow-private-endpoints", "--database-url", "", "--metrics-addr", "127.0.0.1:0"}, index...)
+	served := make(chan error, 1)
+	up := &lineCatcher{line: make(chan string, 1)}
+	go func() { served <- runServe(ctx, serveArgs, up, logFile) }()
+	var base string
+	select {
+	case l := <-up.line:
+		base = strings.TrimPrefix(l, "routebalance listening on ")
+	case err := <-served:
+		return "", nil, fmt.Errorf("service did not start on %s: %v (pick another --addr if it is taken; see demo.log in the data dir)", c.addr, err)
+	case <-ctx.Done():
+		return "", nil, ctx.Err()
+	}
+	if err := waitReady(ctx, base, served); err != nil {
+		return "", nil, err
+	}
+	return base, served, nil
+}
+
+// lineCatcher is the io.Writer of serve's stdout: it hands the first line
+// (without its newline) to line and drops everything.
+type lineCatcher struct {
+	mu   sync.Mutex
+	buf  []byte
+	sent bool
+	line chan string
+}
+
+func (w *lineCatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.sent {
+		w.buf = append(w.buf, p...)
+		if i := bytes.IndexByte(w.buf, '\n'); i >= 0 {
+			w.sent = true
+			w.line <- strings.TrimSpace(string(w.buf[:i]))
+			w.buf = nil
+		}
+	}
+	return len(p), nil
 }
 
 // waitReady polls /readyz until the service answers 200.
