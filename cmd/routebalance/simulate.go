@@ -59,7 +59,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	maxTokens := fs.Int("max-tokens", 0, "max_tokens on every request (0 = none)")
 	verbose := fs.Bool("v", false, "log scheduler warnings")
 	latencyPrior := fs.String("latency-prior", "world", "start of each tier's latency model: world (the tier's profiled light-load figures) or default (generic prior, learnt online)")
-	score := fs.String("score", "relative", "score normalisation of the routebalance/oracle policies: relative (default), range or paper (DESIGN §3.1)")
+	score := fs.String("score", "light", "score normalisation of the routebalance/oracle policies: light (default), relative, range or paper (DESIGN §3.1)")
 	tiers := fs.Bool("tiers", false, "also print predicted vs observed mean E2E per served tier for every cell")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the sweep to this file")
 	scrape := fs.Duration("scrape-interval", 250*time.Millisecond, "how often engine gauges reach the scheduler(s), as the live scraper's /metrics readings (0 = never)")

@@ -57,9 +57,12 @@ type Config struct {
 	// without requests and with nothing in flight (default 10 min).
 	IdleAfter time.Duration
 	// Score selects the normalisation of the fused score (README "Score"):
-	// "relative" (default: quality and cost as the candidate's position
+	// "light" (default: quality and cost as the candidate's position
 	// between the worst and the best candidate of the request, latency as
-	// the excess over the fastest candidate in units of its T̂), "range"
+	// the excess over the fastest candidate in units of the request's
+	// service time on an idle instance, so a second weighs the same at
+	// every load), "relative" (latency excess in units of the fastest
+	// candidate's own T̂), "range"
 	// (all three as positions between worst and best) or "paper" (Q̂ raw,
 	// cost and latency as 1 − x/max, DESIGN §3.1).
 	Score string
@@ -70,6 +73,7 @@ const (
 	ScoreRelative = "relative"
 	ScoreRange    = "range"
 	ScorePaper    = "paper"
+	ScoreLight    = "light"
 )
 
 // BatchConfig controls how waiting requests are grouped into batches.
@@ -121,7 +125,7 @@ func DefaultConfig() Config {
 		StickyMax:             100000,
 		ExploreConcurrency:    1,
 		IdleAfter:             10 * time.Minute,
-		Score:                 ScoreRelative,
+		Score:                 ScoreLight,
 	}
 }
 
@@ -182,8 +186,8 @@ func (c Config) Validate() error {
 	if c.Batch.MinBatch < 0 || c.Batch.MaxBatch < c.Batch.MinBatch || c.Batch.Fixed < 0 {
 		errs = append(errs, fmt.Errorf("schedule: batch limits must satisfy 0 <= min (%d) <= max (%d), fixed >= 0", c.Batch.MinBatch, c.Batch.MaxBatch))
 	}
-	if c.Score != ScoreRelative && c.Score != ScoreRange && c.Score != ScorePaper {
-		errs = append(errs, fmt.Errorf("schedule: score must be %q, %q or %q, got %q", ScoreRelative, ScoreRange, ScorePaper, c.Score))
+	if c.Score != ScoreRelative && c.Score != ScoreRange && c.Score != ScorePaper && c.Score != ScoreLight {
+		errs = append(errs, fmt.Errorf("schedule: score must be %q, %q, %q or %q, got %q", ScoreLight, ScoreRelative, ScoreRange, ScorePaper, c.Score))
 	}
 	if c.Confidence < 0 || c.Confidence > 1 {
 		errs = append(errs, fmt.Errorf("schedule: confidence must be in (0,1], got %v", c.Confidence))

@@ -617,6 +617,9 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 		cd.Index, cd.Model, cd.Quality, cd.Tokens, cd.Cost = i, m, q, L, p.Cost
 		cd.TTFT, cd.TPOT, cd.Wait = p.TTFT, p.TPOT, p.Wait
 		cd.Latency = p.Latency
+		if c.cfg.Score == ScoreLight {
+			cd.Light = lightService(v, prompt, L)
+		}
 		cd.Load = v.inflight + v.queue
 		cd.fail = fail
 		cd.explore = v.exploring && v.inflight < c.cfg.ExploreConcurrency
@@ -715,7 +718,10 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 // T̂/maxT̂), and the score terms QualityTerm, CostTerm, LatencyTerm
 // (higher is better) by mode (README "Score"):
 //
-//   - "relative" (default): quality and cost as in "range"; latency
+//   - "light" (default): as "relative" but the excess over the fastest is
+//     in units of T̂₀, the least idle-instance T̂ (Candidate.Light) of the
+//     trusted candidates: seconds weigh the same at every load;
+//   - "relative": quality and cost as in "range"; latency
 //     1 − (T̂ − minT̂)/minT̂, the excess over the fastest candidate in units
 //     of the fastest's own T̂ (unbounded below: a saturating instance keeps
 //     losing latency term as its queue grows);
@@ -726,12 +732,13 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 // An exploring candidate's latency is not trusted yet: it is scored as if
 // its T̂ were 0 (LatencyNorm 0) — the best latency term in "range" and
 // "paper", and in "relative" 1 − (0 − minT̂)/minT̂ = 2 against the fastest
-// trusted candidate (1 when every candidate explores).
+// trusted candidate (1 when every candidate explores; "light": 1 + minT̂/T̂₀).
 func normalise(c []Candidate, mode string) {
 	minQ, maxQ := math.Inf(1), math.Inf(-1)
 	minC, maxC := math.Inf(1), 0.0
 	minT, maxT := math.Inf(1), 0.0
 	fastest := math.Inf(1) // the fastest trusted (non-exploring) prediction
+	scale := math.Inf(1)   // "light": the least idle-instance T̂ of the trusted
 	for j := range c {
 		minQ, maxQ = min(minQ, c[j].Quality), max(maxQ, c[j].Quality)
 		minC, maxC = min(minC, c[j].Cost), max(maxC, c[j].Cost)
@@ -740,7 +747,11 @@ func normalise(c []Candidate, mode string) {
 		} else {
 			minT, maxT = min(minT, c[j].Latency), max(maxT, c[j].Latency)
 			fastest = min(fastest, c[j].Latency)
+			scale = min(scale, c[j].Light)
 		}
+	}
+	if mode != ScoreLight || !(scale > 0) || math.IsInf(scale, 0) {
+		scale = fastest
 	}
 	rangeTerm := func(x, worst, best float64) float64 {
 		if best == worst || math.IsInf(worst, 0) {
@@ -774,7 +785,7 @@ func normalise(c []Candidate, mode string) {
 			if cd.explore {
 				x = 0
 			}
-			cd.LatencyTerm = 1 - (x-fastest)/fastest
+			cd.LatencyTerm = 1 - (x-fastest)/scale
 		}
 	}
 }

@@ -306,7 +306,7 @@ func TestWeightsMonotone(t *testing.T) {
 		}
 		best += b / 20
 	}
-	for _, mode := range []string{ScoreRelative, ScoreRange, ScorePaper} {
+	for _, mode := range []string{ScoreLight, ScoreRelative, ScoreRange, ScorePaper} {
 		prev := -1.0
 		for step := 0; step <= 10; step++ {
 			wq := float64(step) / 10

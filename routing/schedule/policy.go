@@ -38,11 +38,15 @@ type Candidate struct {
 	Latency, LatencyNorm float64
 	// QualityTerm, CostTerm and LatencyTerm are the score's normalised
 	// terms, higher is better, 1 for the best candidate (see Config.Score
-	// and Score): in [0,1] except the "relative" latency term, which is
-	// negative for a candidate more than twice as slow as the fastest.
+	// and Score): in [0,1] except the "light" and "relative" latency
+	// terms, negative for a candidate slower than the fastest by more than
+	// the scale (its idle-instance T̂, or the fastest's T̂).
 	QualityTerm, CostTerm, LatencyTerm float64
 	// TTFT, TPOT and Wait are the parts of Latency, in seconds.
 	TTFT, TPOT, Wait float64
+	// Light is the request's T̂ on an idle instance of the tier (set only
+	// under the "light" score, its latency scale).
+	Light float64
 	// Load is the instance's in-flight plus queued requests in the local
 	// view (including the picks earlier in the same batch).
 	Load int
@@ -111,10 +115,11 @@ func (r *Registry) New(cfg routing.PolicyConfig) (Policy, error) {
 
 // Score is the fused score of a candidate whose terms are normalised over
 // the request's candidates: S = w_q·QualityTerm + w_c·CostTerm +
-// w_l·LatencyTerm. With Config.Score "relative" (default) the quality and
+// w_l·LatencyTerm. With Config.Score "light" (default) the quality and
 // cost terms are the candidate's position between the worst (0) and the
-// best (1) candidate and the latency term is 1 − (T̂ − minT̂)/minT̂ (1 for
-// the fastest, 0 at twice its T̂, negative beyond); with "range" all three
+// best (1) candidate and the latency term is 1 − (T̂ − minT̂)/T̂₀, T̂₀ the
+// least idle-instance T̂ of the candidates (1 for the fastest, negative
+// beyond minT̂ + T̂₀); "relative" is the same with T̂₀ = minT̂; with "range" all three
 // are positions between worst and best; with "paper" it is DESIGN §3.1's
 // S = w_q·Q̂ + w_c·(1 − Ĉ/maxĈ) + w_l·(1 − T̂/maxT̂). See README "Score".
 func Score(w routing.Weights, c *Candidate) float64 {

@@ -51,3 +51,13 @@ func predict(v *slot, prompt, L float64) prediction {
 	p.Cost = v.inst.CostUSD(prompt, L)
 	return p
 }
+
+// lightService is the request's T̂ on an idle instance of v's tier: alone
+// in the batch, nothing waiting, nothing pending (TTFT̂ + TPOT̂·L̂ at
+// running 1 with its prompt). It is the latency scale of the "light"
+// score (README "Score"): a second of waiting weighs the same against
+// cost and quality at every load.
+func lightService(v *slot, prompt, L float64) float64 {
+	l := routing.Load{Running: 1, PromptTokens: prompt}
+	return v.lat.TTFT(l) + v.lat.TPOT(l)*L
+}

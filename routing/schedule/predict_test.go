@@ -177,8 +177,8 @@ func TestNormaliseRange(t *testing.T) {
 	if allNew[0].LatencyTerm != 1 || allNew[1].LatencyTerm != 1 {
 		t.Errorf("every candidate exploring: latency terms %v, %v, want 1", allNew[0].LatencyTerm, allNew[1].LatencyTerm)
 	}
-	for _, mode := range []string{ScoreRelative, ScoreRange} {
-		one := []Candidate{{Quality: 0.5, Cost: 1, Latency: 1}}
+	for _, mode := range []string{ScoreLight, ScoreRelative, ScoreRange} {
+		one := []Candidate{{Quality: 0.5, Cost: 1, Latency: 1, Light: 0.5}}
 		normalise(one, mode)
 		if one[0].QualityTerm != 1 || one[0].CostTerm != 1 || one[0].LatencyTerm != 1 || math.IsNaN(Score(routing.Weights{Quality: 1}, &one[0])) {
 			t.Errorf("%s: a lone candidate's terms = %+v, want all 1", mode, one[0])
@@ -191,18 +191,60 @@ func TestNormaliseRange(t *testing.T) {
 	}
 }
 
+// TestLightLatencyScale: the "light" latency term is the excess over the
+// fastest candidate in units of the least idle-instance T̂ (Light) of the
+// trusted candidates, so at saturation (every T̂ far above its idle value)
+// a second costs as much latency term as at light load, where "relative"
+// would divide by the inflated fastest T̂.
+func TestLightLatencyScale(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    []Candidate
+		want []float64
+	}{
+		// Idle: T̂ = Light, the same terms as "relative" (1 − (T̂−1)/1).
+		{"idle", []Candidate{{Latency: 1, Light: 1}, {Latency: 2, Light: 2}, {Latency: 1.5, Light: 1.5}}, []float64{1, 0, 0.5}},
+		// Saturated: fastest 4 s, idle service 1 s: the 6 s candidate is 2
+		// scale units behind (relative: 1 − 2/4 = 0.5).
+		{"saturated", []Candidate{{Latency: 4, Light: 1}, {Latency: 6, Light: 2}, {Latency: 5, Light: 1.2}}, []float64{1, -1, 0}},
+		// An exploring candidate's Light is not the scale; it counts as 0 s.
+		{"exploring", []Candidate{{Latency: 2, Light: 1}, {Latency: 3, Light: 0.1, explore: true}}, []float64{1, 3}},
+		// No idle prediction (Light 0): the fastest T̂ is the scale.
+		{"no light", []Candidate{{Latency: 2}, {Latency: 3}}, []float64{1, 0.5}},
+	} {
+		normalise(tc.c, ScoreLight)
+		var got []float64
+		for _, x := range tc.c {
+			got = append(got, x.LatencyTerm)
+		}
+		if !cmp.Equal(got, tc.want, cmpopts.EquateApprox(0, 1e-12)) {
+			t.Errorf("%s: latency terms %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLightService: the idle-instance T̂ is TTFT̂ + TPOT̂·L̂ at running 1
+// with the request's prompt, whatever the instance's present load.
+func TestLightService(t *testing.T) {
+	v := &slot{inst: &routing.Instance{}, lat: linearTier{}, inflight: 9, cap: 4, queue: 3, running: 9, pending: 900, queued: 50}
+	if got, want := lightService(v, 200, 100), 0.05+0.02+100*0.021; math.Abs(got-want) > 1e-12 {
+		t.Errorf("lightService = %v, want %v", got, want)
+	}
+}
+
 // TestQualityWeightOneIsQualityOnly: with w_q = 1 the routebalance pick is
 // quality-only's (best Q̂ model, its least-loaded replica, the faster on
 // equal load) on any candidate set, in both score modes.
 func TestQualityWeightOneIsQualityOnly(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, mode := range []string{ScoreRelative, ScoreRange, ScorePaper} {
+	for _, mode := range []string{ScoreLight, ScoreRelative, ScoreRange, ScorePaper} {
 		for trial := 0; trial < 500; trial++ {
 			var c []Candidate
 			qs := []float64{rng.Float64(), rng.Float64(), rng.Float64()}
 			for i := 0; i < 9; i++ {
 				m := i % 3
-				c = append(c, Candidate{Index: i, Model: m, Quality: qs[m], Cost: rng.Float64(), Latency: 0.5 + rng.Float64(), Load: rng.IntN(3)})
+				lat := 0.5 + rng.Float64()
+				c = append(c, Candidate{Index: i, Model: m, Quality: qs[m], Cost: rng.Float64(), Latency: lat, Light: lat * rng.Float64(), Load: rng.IntN(3)})
 			}
 			normalise(c, mode)
 			rb := (&RouteBalance{}).Pick(nil, routing.Weights{Quality: 1}, c)
