@@ -90,11 +90,14 @@ func resolveAutopilot(o *overrides, p *tenants.Principal) (autopilot.Targets, bo
 		}
 		return autopilot.Targets{}, false, nil
 	}
+	if o.targets != nil {
+		return *o.targets, true, nil
+	}
+	if o.preset != autopilot.PresetAutopilot && p.Settings.Preset != autopilot.PresetAutopilot {
+		return autopilot.Targets{}, false, nil // not autopilot: the settings' targets are not read (their check allocates an error)
+	}
 	settings, hasSettings := p.Settings.SLO.AutopilotTargets()
-	if o.preset == autopilot.PresetAutopilot || o.targets != nil {
-		if o.targets != nil {
-			return *o.targets, true, nil
-		}
+	if o.preset == autopilot.PresetAutopilot {
 		if hasSettings {
 			return settings, true, nil
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,6 +148,33 @@ type exchange struct {
 	// are set, then waits for fasthttp's body writer on writer.
 	begun  chan struct{}
 	writer chan *bufio.Writer
+	sw     streamWriter // what Begin hands a stream's relay
+	req    routing.Request
+	call   dispatch.Call
+}
+
+// streamWriter is a stream's body writer: fasthttp's, whose Flush hands
+// the bytes through a pipe to the connection's goroutine, which writes
+// them to the socket. After the first event's Flush the relay yields its
+// thread once, so that goroutine sends the first event before the relay
+// goes on parsing the next ones (when the upstream has several events
+// buffered, the relay would otherwise run on until the pipe's queue of 4
+// writes is full, unless another thread picks the writer up first — on a
+// busy machine it often does not). Later events are not delayed that way
+// in practice: between two tokens the relay waits for the upstream.
+type streamWriter struct {
+	*bufio.Writer
+	yielded bool
+}
+
+// Flush flushes and, the first time, yields (see streamWriter).
+func (w *streamWriter) Flush() error {
+	err := w.Writer.Flush()
+	if !w.yielded {
+		w.yielded = true
+		runtime.Gosched()
+	}
+	return err
 }
 
 var _ dispatch.Client = (*exchange)(nil)
@@ -188,7 +216,8 @@ func (x *exchange) Begin(a *routing.Assignment, _ int) proxy.Writer {
 	close(x.begun)
 	// fasthttp starts the body writer as soon as it is set
 	// (SetBodyStreamWriter), so this receive always completes.
-	return <-x.writer
+	x.sw.Writer = <-x.writer
+	return &x.sw
 }
 
 // complete serves POST /v1/chat/completions, /v1/completions,
@@ -202,11 +231,12 @@ func (h *inference) complete(ep proxy.Endpoint) fiber.Handler {
 		x := &exchange{h: h, c: c, id: exchangeID(c)}
 		arrival := h.clock.Now()
 		x.arrival = arrival
-		// The request context carries the server's request deadline; a
-		// stream takes its cancel over (requestCancel) because it outlives
-		// the handler. Client departure is noticed by the connection
+		// The request context carries the server's request deadline; the
+		// handler takes its cancel over (requestContext) and calls it when
+		// it returns, or, for a stream, which outlives the handler, when
+		// the stream ends. Client departure is noticed by the connection
 		// watcher, which cancels ctx.
-		ctx, cancel := context.WithCancel(c.UserContext())
+		ctx, cancel := requestContext(c)
 		ctx = h.trace.extract(ctx, c)
 		ctx, x.root = h.trace.StartServer(ctx, spanName)
 		if x.root.IsRecording() {
@@ -332,7 +362,8 @@ func parseRequest(c *fiber.Ctx, ep proxy.Endpoint) (*completionBody, error) {
 // newCall builds the dispatch.Call of a parsed request.
 func newCall(x *exchange, ep proxy.Endpoint, weights routing.Weights, arrival time.Time) *dispatch.Call {
 	p, body := x.p, x.body
-	req := &routing.Request{
+	req := &x.req // in the exchange: no allocation of its own
+	*req = routing.Request{
 		ID: x.id, Prompt: body.prompt, PromptTokens: body.promptTokens, MaxTokens: body.maxTokens,
 		Model: body.model, Weights: weights, SLO: resolveSLO(&body.rb, p), BudgetUSD: body.rb.budgetUSD,
 		Workflow: body.rb.workflow, Policy: body.rb.policy, Arrival: arrival, Priority: routing.PriorityNormal,
@@ -360,7 +391,7 @@ func newCall(x *exchange, ep proxy.Endpoint, weights routing.Weights, arrival ti
 			cacheKey = k
 		}
 	}
-	return &dispatch.Call{
+	x.call = dispatch.Call{
 		CacheKey: cacheKey,
 		Request:  req, Cluster: x.cluster, Spend: spend,
 		TenantLimits: p.Settings.Limits.Limiter(), KeyLimits: p.Key.Limits.Limiter(),
@@ -368,6 +399,7 @@ func newCall(x *exchange, ep proxy.Endpoint, weights routing.Weights, arrival ti
 			PromptTokens: body.promptTokens, RequestID: x.id},
 		Client: x,
 	}
+	return &x.call
 }
 
 // routingHeaders is the request's X-RouteBalance-* headers, sorted, as

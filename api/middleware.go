@@ -268,6 +268,18 @@ func requestCancel(c *fiber.Ctx) context.CancelFunc {
 	return func() {}
 }
 
+// requestContext returns the request's context and a function that
+// cancels it: the request-timeout context of userContext with its own
+// cancel, taken over (so the handler makes no second context per
+// request, and must call cancel itself, as requestCancel's callers do),
+// or, where no userContext ran, a new cancellable child.
+func requestContext(c *fiber.Ctx) (context.Context, context.CancelFunc) {
+	if take, ok := c.Locals(localCancel).(func() context.CancelFunc); ok {
+		return c.UserContext(), take()
+	}
+	return context.WithCancel(c.UserContext())
+}
+
 // accessLogOn marks (in Locals) a request the access log will write a line
 // for, so streamLogged may take the line over.
 type accessLogOn struct{}
@@ -299,9 +311,16 @@ func streamLogged(c *fiber.Ctx, sw fasthttp.StreamWriter) fasthttp.StreamWriter 
 	c.Locals(localStreamLog, sl)
 	return func(w *bufio.Writer) {
 		cw := &countingFlusher{w: w}
-		bw := bufio.NewWriterSize(cw, w.Size())
+		bw, _ := streamLogWriters.Get().(*bufio.Writer)
+		if bw == nil || bw.Size() != w.Size() {
+			bw = bufio.NewWriterSize(cw, w.Size())
+		} else {
+			bw.Reset(cw)
+		}
 		defer func() {
 			bw.Flush() //nolint:errcheck // a departed client: nothing to do
+			bw.Reset(nil)
+			streamLogWriters.Put(bw) // sw has returned: nothing writes to bw any more
 			// fasthttp runs sw on its own goroutine as soon as it is set:
 			// wait until the handler returned and accessLog filled sl.
 			<-sl.ready
@@ -319,6 +338,9 @@ func streamLogged(c *fiber.Ctx, sw fasthttp.StreamWriter) fasthttp.StreamWriter 
 		sw(bw)
 	}
 }
+
+// streamLogWriters holds streamLogged's buffered writers between streams.
+var streamLogWriters sync.Pool
 
 // countingFlusher passes every write through to w and flushes it, so the
 // stream writer's own Flush still pushes bytes to the client; it counts

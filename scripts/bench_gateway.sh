@@ -25,13 +25,17 @@
 # gateway process, Go allocations per request from its /metrics, machine
 # load), wrk at c=1 (p50/p99 latency, added p50 against direct of the same
 # round), and for RouteBalance targets `routebalance bench --stream` at c=1
-# with --compare-url (added streamed TTFT p99). After the rounds,
+# with --compare-url (added streamed TTFT p99: the gateway's run, then the
+# direct run) and an interleaved A/B of streamed TTFT (stream by stream,
+# direct and gateway alternating, time to the first content token). After the rounds,
 # `go test -bench InferenceOverhead -benchmem ./api/` reports in-process
 # allocations per request. Needs wrk (apt-get install -y wrk nginx).
 #
 # Env: ROUNDS (default 3), DURATION (seconds per wrk run, default 10),
 #      WARMUP (seconds, default 2), PROMPTS (default 500), STREAM_N (requests
-#      per streamed run, default 400; 0 skips), TARGETS (subset, space
+#      per streamed run, default 400; 0 skips), STREAM_AB (pairs of the
+#      interleaved streamed TTFT A/B per RouteBalance run: one stream direct,
+#      one through the gateway, alternating, default 500; 0 skips), TARGETS (subset, space
 #      separated), DATABASE_URL (Postgres for the -pg targets; default the test
 #      database postgres://postgres@127.0.0.1:5432/test?sslmode=disable; PG=0
 #      skips them), ALLOC_BENCH (default 1), BASE_PORT (emulator, default
@@ -188,7 +192,7 @@ targets+=("${rb[@]}")
 python3 scripts/bench_gateway.py --bin "$bin" --work "$work" --out "$out" --data "$data" \
   --emulator-pid "$emu_pid" --base-port "$BASE_PORT" --port "$PORT" --nginx-port "$NGINX_PORT" \
   --nginx-pid "${nginx_pid:-0}" --direct-model "$want" --rounds "$ROUNDS" --duration "$DURATION" \
-  --warmup "$WARMUP" --prompts "$PROMPTS" --stream-n "$STREAM_N" --targets "${targets[*]}" \
+  --warmup "$WARMUP" --prompts "$PROMPTS" --stream-n "$STREAM_N" --stream-ab "${STREAM_AB:-500}" --targets "${targets[*]}" \
   --profile "${PROFILE:-}"
 
 if [ "$ALLOC_BENCH" = 1 ]; then

@@ -338,18 +338,7 @@ func (p *Proxy) Open(ctx context.Context, in *routing.Instance, call *Call) (*Re
 		cancel()
 		return nil, &UnreachableError{InstanceID: in.ID, Err: err}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if call.Stream {
-		req.Header.Set("Accept", "text/event-stream")
-	} else {
-		req.Header.Set("Accept", "application/json")
-	}
-	if k := in.APIKey.Reveal(); k != "" {
-		req.Header.Set("Authorization", "Bearer "+k)
-	}
-	if call.RequestID != "" {
-		req.Header.Set("X-Request-Id", call.RequestID)
-	}
+	setUpstreamHeader(req.Header, in, call)
 	p.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	start := p.clock.Now()
 	resp, err := p.roundTrip(req)
@@ -384,6 +373,30 @@ func (p *Proxy) Open(ctx context.Context, in *routing.Instance, call *Call) (*Re
 		start: start,
 		size:  resp.ContentLength,
 	}, nil
+}
+
+// The constant header values of upstream calls, shared by every request
+// (nothing modifies a request's header values in place; Header.Set
+// replaces the slice).
+var (
+	hdrJSON = []string{"application/json"}
+	hdrSSE  = []string{"text/event-stream"}
+)
+
+// setUpstreamHeader fills the (new, empty) header of an upstream call: the
+// shared constants, and a slice only per header that varies.
+func setUpstreamHeader(h http.Header, in *routing.Instance, call *Call) {
+	h["Content-Type"] = hdrJSON
+	h["Accept"] = hdrJSON
+	if call.Stream {
+		h["Accept"] = hdrSSE
+	}
+	if k := in.APIKey.Reveal(); k != "" {
+		h["Authorization"] = []string{"Bearer " + k}
+	}
+	if call.RequestID != "" {
+		h["X-Request-Id"] = []string{call.RequestID}
+	}
 }
 
 // roundTrip sends req on the transport itself rather than through

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -262,13 +263,34 @@ func (s *streamState) write(b []byte) bool {
 	return true
 }
 
+var (
+	dataPrefix = []byte("data: ")
+	eventEnd   = []byte("\n\n")
+)
+
+// writeData writes one "data: payload" event and flushes it: three writes
+// into the client's buffered writer rather than a copy of the event.
 func (s *streamState) writeData(payload []byte) bool {
-	buf := make([]byte, 0, len(payload)+8)
-	buf = append(buf, "data: "...)
-	buf = append(buf, payload...)
-	buf = append(buf, "\n\n"...)
-	return s.write(buf)
+	if s.writeErr != nil {
+		return false
+	}
+	for _, part := range [3][]byte{dataPrefix, payload, eventEnd} {
+		n, err := s.w.Write(part)
+		s.bytes += int64(n)
+		if err != nil {
+			s.writeErr = err
+			return false
+		}
+	}
+	if err := s.w.Flush(); err != nil {
+		s.writeErr = err
+		return false
+	}
+	return true
 }
+
+// streamReaders holds the relays' 32 KiB line readers between streams.
+var streamReaders sync.Pool
 
 func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Result {
 	s := &streamState{r: r, w: w, open: map[int]bool{}}
@@ -281,7 +303,13 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 	})
 	defer idle.Stop()
 
-	br := bufio.NewReaderSize(r.body, 32<<10)
+	br, _ := streamReaders.Get().(*bufio.Reader)
+	if br == nil {
+		br = bufio.NewReaderSize(r.body, 32<<10)
+	} else {
+		br.Reset(r.body)
+	}
+	defer func() { br.Reset(nil); streamReaders.Put(br) }()
 	var data []byte // the current event's data lines, joined by "\n"
 	var name []byte // the current event's name (event: line), relayed for the Responses API
 	hasData := false
