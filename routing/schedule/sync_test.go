@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/fleet"
 )
@@ -97,25 +98,29 @@ func TestSyncStopsScrapingDeleted(t *testing.T) {
 }
 
 // settle checks that n stops growing: a scrape already in flight when the
-// change was applied may still land, so it first waits (up to 5 s) for
-// two readings 50 ms apart to agree — a scraper still running every 2 ms
-// never agrees — and then requires no growth over 50 more intervals.
+// change was applied may still land, so it first waits (up to 30 s) for
+// two readings a quiet window apart to agree — a scraper still running
+// every 2 ms never agrees — and then requires no growth over one more
+// window. The window is 250 ms (125 scrape intervals): an in-flight scrape
+// that a loaded machine delays past 50 ms no longer reads as a scraper
+// still running.
 func settle(t *testing.T, n *atomic.Int32, what string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	const window = 250 * time.Millisecond
+	deadline := time.Now().Add(testwait.Bound)
 	prev := n.Load()
 	for {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(window)
 		cur := n.Load()
 		if cur == prev {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s is still being scraped after its deletion (%d more in the last 50 ms)", what, cur-prev)
+			t.Fatalf("%s is still being scraped after its deletion (%d more in the last %v)", what, cur-prev, window)
 		}
 		prev = cur
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(window)
 	if after := n.Load(); after != prev {
 		t.Errorf("%s scraped %d more times after its deletion", what, after-prev)
 	}
@@ -123,13 +128,7 @@ func settle(t *testing.T, n *atomic.Int32, what string) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testwait.Until(t, what, cond)
 }
 
 // TestForgetRejectsWaiting: a forgotten cluster's waiting requests fail
