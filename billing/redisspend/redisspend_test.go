@@ -42,6 +42,12 @@ func newReplicas(t *testing.T, n int, cfg Config) []replica {
 	t.Helper()
 	rdb, prefix := redistest.Client(t)
 	cfg.Prefix = prefix
+	if cfg.Timeout == 0 {
+		// Past the 250 ms default a call takes the fail mode: a loaded
+		// machine must not turn a slow Redis into a budget that did not
+		// hold.
+		cfg.Timeout = 10 * time.Second
+	}
 	var out []replica
 	for i := range n {
 		var cl Client = rdb

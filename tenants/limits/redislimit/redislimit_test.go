@@ -35,6 +35,11 @@ func replicas(t *testing.T, n int, cfg Config, clk *fakeClock) []*Limiter {
 	t.Helper()
 	c, prefix := redistest.Client(t)
 	cfg.Prefix = prefix
+	if cfg.Timeout == 0 {
+		// Past the 250 ms default a call fails open: a loaded machine
+		// must not turn a slow Redis into a limit that did not hold.
+		cfg.Timeout = 10 * time.Second
+	}
 	var out []*Limiter
 	for i := range n {
 		var rdb Client = c
