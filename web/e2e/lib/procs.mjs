@@ -5,7 +5,6 @@
 import { spawn, execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -21,16 +20,14 @@ export async function buildBinary(dir) {
   return out;
 }
 
-/** freePort asks the OS for a free loopback port. */
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
+/**
+ * printedAddress waits until proc prints a line matching re and returns
+ * its first group: the address a child bound on port 0 (the kernel's
+ * port, read back; a port picked here and released for the child to bind
+ * could be taken by another process in between).
+ */
+export function printedAddress(what, proc, re, timeoutMs) {
+  return waitFor(what, () => (proc.log.out.match(re) || [])[1], { proc, timeoutMs });
 }
 
 /** start spawns bin with args, keeping its output for error reports. */
@@ -74,7 +71,6 @@ export async function waitFor(what, fn, { timeoutMs = 30_000, intervalMs = 200, 
  * fresh data dir (embedded SQLite) and private endpoints allowed.
  */
 export async function startServer(bin, dataDir, extraArgs = []) {
-  const port = await freePort();
   const env = { ...process.env };
   // Embedded SQLite in the temp data dir: the run shares no database with
   // anything else (scripts/test.sh exports DATABASE_URL for the Go tests).
@@ -82,8 +78,8 @@ export async function startServer(bin, dataDir, extraArgs = []) {
   for (const k of Object.keys(env)) if (k.startsWith('ROUTEBALANCE_')) delete env[k];
   // Metrics on a free port too: the default 127.0.0.1:9091 collides with any
   // other serve on the machine (a second test run, a developer's own).
-  const proc = start(bin, ['serve', '--addr', `127.0.0.1:${port}`, '--data-dir', dataDir, '--allow-private-endpoints', '--metrics-addr', '127.0.0.1:0', ...extraArgs], { env });
-  const base = `http://127.0.0.1:${port}`;
+  const proc = start(bin, ['serve', '--addr', '127.0.0.1:0', '--data-dir', dataDir, '--allow-private-endpoints', '--metrics-addr', '127.0.0.1:0', ...extraArgs], { env });
+  const base = await printedAddress('routebalance serve to listen', proc, /routebalance listening on (http:\/\/\S+)/, 60_000);
   await waitFor('routebalance serve /readyz', async () => (await fetch(`${base}/readyz`)).ok, { proc, timeoutMs: 60_000 });
   return { base, proc };
 }
@@ -121,12 +117,16 @@ export async function findStripeMock() {
   }
 }
 
-/** startStripeMock runs stripe-mock on free loopback ports; resolves to {url, proc}. */
+/**
+ * startStripeMock runs stripe-mock on kernel-chosen loopback ports (read
+ * back from its "Listening for HTTP at address" line); resolves to {url, proc}.
+ * It loads its OpenAPI spec first: seconds on a loaded machine.
+ */
 export async function startStripeMock(bin) {
-  const [httpPort, httpsPort] = [await freePort(), await freePort()];
-  const proc = start(bin, ['-http-addr', `127.0.0.1:${httpPort}`, '-https-addr', `127.0.0.1:${httpsPort}`]);
-  const url = `http://127.0.0.1:${httpPort}`;
-  await waitFor('stripe-mock', async () => (await fetch(`${url}/v1/customers`, { headers: { Authorization: 'Bearer sk_test_123' } })).ok, { proc, timeoutMs: 30_000 });
+  const proc = start(bin, ['-http-addr', '127.0.0.1:0', '-https-addr', '127.0.0.1:0']);
+  const addr = await printedAddress('stripe-mock to listen', proc, /Listening for HTTP at address: (\S+)/, 120_000);
+  const url = `http://${addr}`;
+  await waitFor('stripe-mock', async () => (await fetch(`${url}/v1/customers`, { headers: { Authorization: 'Bearer sk_test_123' } })).ok, { proc, timeoutMs: 60_000 });
   return { url, proc };
 }
 
