@@ -178,11 +178,12 @@ class RB:
         self.a, self.name = a, name
         self.args = open(os.path.join(a.work, name + '.args')).read().split('\n')[:-1]
         self.key = open(os.path.join(a.work, name + '.key')).read().strip()
+        self.bin = a.base_bin if name.endswith('-base') else a.bin
         self.proc = None
 
     def start(self, rnd, extra=()):
         log = open(os.path.join(self.a.out, f'{self.name}.r{rnd}.serve.log'), 'w')
-        self.proc = subprocess.Popen([self.a.bin, 'serve', '--allow-private-endpoints', '--addr',
+        self.proc = subprocess.Popen([self.bin, 'serve', '--allow-private-endpoints', '--addr',
                                       f'127.0.0.1:{self.a.port}', '--metrics-addr', f'127.0.0.1:{metrics_port(self.a)}']
                                      + self.args + list(extra), stdout=log, stderr=log)
         deadline = time.time() + 60
@@ -347,6 +348,7 @@ def main():
     ap.add_argument('--stream-ab', type=int, default=0, help='pairs of the interleaved streamed TTFT A/B per RouteBalance run')
     ap.add_argument('--duration', type=float, required=True)
     ap.add_argument('--warmup', type=float, required=True)
+    ap.add_argument('--base-bin', default='', help='routebalance binary serving the *-base targets')
     ap.add_argument('--profile', default='', help='also profile this RouteBalance target at c=64 after the rounds')
     a = ap.parse_args()
     targets = a.targets.split()

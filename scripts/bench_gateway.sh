@@ -43,7 +43,10 @@
 #      to use instead of building one; PORT+1 (nginx), PORT+2 (pprof) and
 #      PORT+3 (the gateway's /metrics) are used too), PROFILE (a RouteBalance target, e.g.
 #      rb-full: after the rounds, CPU and allocation profiles of it at c=64
-#      through --pprof-addr, top lists printed, files in OUT_DIR).
+#      through --pprof-addr, top lists printed, files in OUT_DIR), BASE_BIN
+#      (another routebalance binary, e.g. built from an earlier commit: the
+#      target rb-full-base is rb-full served by it, for a before/after
+#      comparison within the same rounds; name it in TARGETS).
 set -euo pipefail
 data=${1:-../shared/data/llmrouter/train.jsonl}
 index=${2:-}
@@ -168,6 +171,10 @@ want_target() { [ -z "${TARGETS:-}" ] || [[ " $TARGETS " == *" $1 "* ]]; }
 rb=()
 if want_target rb-full; then setup_rb rb-full --data-dir "$work/full" --index-dir "$index"; rb+=(rb-full); fi
 if want_target rb-noindex; then setup_rb rb-noindex --data-dir "$work/noindex"; rb+=(rb-noindex); fi
+if want_target rb-full-base; then
+  [ -n "${BASE_BIN:-}" ] || { echo "bench_gateway: rb-full-base needs BASE_BIN (the routebalance binary to compare with)" >&2; exit 1; }
+  setup_rb rb-full-base --data-dir "$work/full-base" --index-dir "$index"; rb+=(rb-full-base)
+fi
 if [ "$PG" = 1 ] && { want_target rb-full-pg || want_target rb-noindex-pg; }; then
   if psql -q "$PGURL" -c 'select 1' >/dev/null 2>&1; then
     pgschema=bench_gw_$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
@@ -193,7 +200,7 @@ python3 scripts/bench_gateway.py --bin "$bin" --work "$work" --out "$out" --data
   --emulator-pid "$emu_pid" --base-port "$BASE_PORT" --port "$PORT" --nginx-port "$NGINX_PORT" \
   --nginx-pid "${nginx_pid:-0}" --direct-model "$want" --rounds "$ROUNDS" --duration "$DURATION" \
   --warmup "$WARMUP" --prompts "$PROMPTS" --stream-n "$STREAM_N" --stream-ab "${STREAM_AB:-500}" --targets "${targets[*]}" \
-  --profile "${PROFILE:-}"
+  --profile "${PROFILE:-}" --base-bin "${BASE_BIN:-}"
 
 if [ "$ALLOC_BENCH" = 1 ]; then
   echo
