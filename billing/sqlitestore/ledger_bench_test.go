@@ -44,7 +44,9 @@ func BenchmarkInsert(b *testing.B) {
 	for i := range evs {
 		evs[i] = benchEvent(now, i, rng)
 	}
-	ctx := context.Background()
+	// A context that can end, as the meter's writers pass.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime(b)

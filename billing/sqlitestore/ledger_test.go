@@ -3,11 +3,15 @@ package sqlitestore_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"modernc.org/sqlite"
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
@@ -90,4 +94,73 @@ func countRows(t *testing.T, db *sql.DB) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// cancelAt is the Go side of the SQL function rb_test_cancel(n): a row
+// trigger calls it for every inserted row, and at the n-th it cancels
+// the context cancelAt holds.
+var cancelAt struct {
+	mu     sync.Mutex
+	seen   int
+	cancel context.CancelFunc
+}
+
+func init() {
+	sqlite.MustRegisterScalarFunction("rb_test_cancel", 1, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		cancelAt.mu.Lock()
+		defer cancelAt.mu.Unlock()
+		cancelAt.seen++
+		if n, _ := args[0].(int64); cancelAt.seen == int(n) && cancelAt.cancel != nil {
+			cancelAt.cancel()
+		}
+		return nil, nil
+	})
+}
+
+// A batch whose context ends part-way (here: at its 5th row, from inside
+// SQLite, so no timing is involved) commits none of its rows, although
+// the rows run without the context's cancellation (Insert checks it
+// between rows and database/sql rolls the transaction back), and the
+// retry with a live context inserts each event once.
+func TestInsertCancelledMidBatchCommitsNothing(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := migrations.ApplySQLite(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TRIGGER cancel_at BEFORE INSERT ON billing_usage
+		BEGIN SELECT rb_test_cancel(5); END`); err != nil {
+		t.Fatal(err)
+	}
+	s := sqlitestore.New(db)
+	rng := rand.New(rand.NewPCG(5, 6))
+	evs := make([]billing.UsageEvent, 20)
+	for i := range evs {
+		evs[i] = benchEvent(time.Date(2026, 2, 3, 4, 5, 6, 0, time.UTC), i, rng)
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cancelAt.mu.Lock()
+	cancelAt.seen, cancelAt.cancel = 0, cancel
+	cancelAt.mu.Unlock()
+	if ids, err := s.Insert(bctx, evs); err == nil {
+		t.Fatalf("a batch whose context ended at row 5 succeeded (%d ids)", len(ids))
+	}
+	if n := countRows(t, db); n != 0 {
+		t.Fatalf("rows after the cancelled batch = %d, want 0", n)
+	}
+	cancelAt.mu.Lock()
+	cancelAt.cancel = nil
+	cancelAt.mu.Unlock()
+	ids, err := s.Insert(ctx, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != len(evs) || countRows(t, db) != len(evs) {
+		t.Errorf("retry: %d ids, %d rows; want %d of each", len(ids), countRows(t, db), len(evs))
+	}
 }
