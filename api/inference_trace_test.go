@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/telemetry"
 	"github.com/routebalance/routebalance/tenants"
@@ -54,7 +55,7 @@ func attrOf(s sdktrace.ReadOnlySpan, k attribute.Key) attribute.Value {
 // the body — and returns every ended span.
 func endedTrace(t *testing.T, sr *tracetest.SpanRecorder, root string) []sdktrace.ReadOnlySpan {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for {
 		spans := sr.Ended()
 		for _, s := range spans {

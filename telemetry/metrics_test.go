@@ -14,6 +14,7 @@ import (
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/migrations/dbtest"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/schedule"
@@ -267,7 +268,7 @@ func TestBillingCollector(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- meter.Run(rctx) }()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for meter.Stats().Written < 3 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

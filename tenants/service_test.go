@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/migrations/dbtest"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/tenants"
@@ -298,13 +299,13 @@ func TestRevokeReachesOtherReplica(t *testing.T) {
 	}
 	// The clock is frozen, so the TTL cannot expire: only the notification
 	// can make two refuse the key. Poll (bounded) for its arrival.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for {
 		if _, err := two.ResolveKey(ctx, secret); errors.Is(err, tenants.ErrUnauthorized) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("replica two still resolves the revoked key 10 s after the revoke")
+			t.Fatalf("replica two still resolves the revoked key %v after the revoke", testwait.Bound)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/routebalance/routebalance/internal/tcpproxy"
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/tenants/sqlstore"
 )
@@ -209,10 +210,10 @@ func assertExactlyOnce(t *testing.T, seen map[string]bool, got map[string]int, w
 }
 
 // waitLedger polls until the ledger holds every id in seen (the meter
-// writes within its flush interval) or 20 s pass.
+// writes within its flush interval) or testwait.Bound (30 s) passes.
 func waitLedger(t *testing.T, read ledger, seen map[string]bool) map[string]int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for {
 		got := read(t)
 		all := true
@@ -306,7 +307,7 @@ func TestChaosClientDisconnectsMidStream(t *testing.T) {
 	key := chaosTenant(t, base, slow)
 	fire(context.Background(), base, key, 16, true, 3)
 	// The instance notices each departure (the relay cancels upstream).
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for slow.Cancelled()+slow.Finished() < 16 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -328,7 +329,7 @@ func TestChaosSIGTERMUnderLoad(t *testing.T) {
 	done := make(chan []outcome, 2)
 	go func() { done <- fire(context.Background(), base, key, streams, true, 0) }()
 	go func() { done <- fire(context.Background(), base, key, calls, false, 0) }()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for len(up.Requests()) < streams+calls && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -468,7 +469,7 @@ func TestChaosPostgresOutageWithSIGTERM(t *testing.T) {
 	go func() {
 		done <- append(fire(context.Background(), base, key, 12, true, 0), fire(context.Background(), base, key, 12, false, 0)...)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for len(up.Requests()) < 5+12 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -509,7 +510,7 @@ func TestChaosPostgresOutageWithSIGTERM(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, stop = startServe(t, dir, "--allow-private-endpoints", "--database-url", proxied)
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(testwait.Bound)
 		for len(spillFiles(t, dir)) > 0 && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}

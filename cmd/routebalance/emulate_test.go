@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/routebalance/routebalance/infra/clusters"
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing/engine"
 )
 
@@ -58,7 +59,7 @@ func TestRunEmulate(t *testing.T) {
 	go func() {
 		done <- runEmulate(ctx, []string{"--base-port", "0", "--time-scale", "0.01", "--fault", "12:dead=true"}, &out, &errOut)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for !strings.Contains(out.String(), "Ctrl-C") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no instance table; stderr: %s", errOut.String())

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing"
 )
 
@@ -103,10 +104,10 @@ func TestScraperRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for f.Snapshot(t0, nil)[0].Stale {
 		if time.Now().After(deadline) {
-			t.Fatal("no scrape within 10 s")
+			t.Fatalf("no scrape within %v", testwait.Bound)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/routebalance/routebalance/infra/vllmemu"
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/engine"
 	"github.com/routebalance/routebalance/routing/schedule"
@@ -113,7 +114,7 @@ func TestPresetsAgainstEmulator(t *testing.T) {
 			}
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for {
 		fresh := 0
 		for _, s := range r.State(c.ID) {
@@ -178,7 +179,7 @@ func TestEjectionAgainstEmulator(t *testing.T) {
 	if err := emu.Instances[0].SetFault(vllmemu.Fault{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testwait.Bound)
 	for !r.State(c.ID)[0].Healthy {
 		if time.Now().After(deadline) {
 			t.Fatal("revived instance not probed back in")
