@@ -323,7 +323,10 @@ func TestChaosClientDisconnectsMidStream(t *testing.T) {
 func TestChaosSIGTERMUnderLoad(t *testing.T) {
 	dir := t.TempDir()
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 60, TokenDelay: 10 * time.Millisecond})
-	base, stop := startServe(t, dir, "--allow-private-endpoints")
+	// The drain gets a minute, not startServe's 5 s: 32 requests of 0.6 s
+	// each took longer than 5 s on a loaded machine, and a request still
+	// running at the deadline is metered after the ledger was read here.
+	base, stop := startServe(t, dir, "--allow-private-endpoints", "--shutdown-timeout", "1m")
 	key := chaosTenant(t, base, up)
 	const streams, calls = 24, 8
 	done := make(chan []outcome, 2)
