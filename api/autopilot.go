@@ -112,13 +112,22 @@ func resolveAutopilot(o *overrides, p *tenants.Principal) (autopilot.Targets, bo
 	return autopilot.Targets{}, false, nil
 }
 
+// PromptMemory is the inference path's memory of recent prompts (nil
+// when none is kept), for the autopilot's replays (routing/sim.LivePredictor).
+func (s *Server) PromptMemory() routing.PromptMemory {
+	if s.recent == nil {
+		return nil
+	}
+	return s.recent
+}
+
 // autopilotWeights returns the weights of the request's controller; ok
 // false means the refusal is written (err is what to return).
-func (h *inference) autopilotWeights(c *fiber.Ctx, x *exchange, clusterID string, t autopilot.Targets) (w routing.Weights, ok bool, err error) {
+func (h *inference) autopilotWeights(c *fiber.Ctx, x *exchange, cl *routing.Cluster, t autopilot.Targets) (w routing.Weights, ok bool, err error) {
 	if h.deps.Autopilot == nil {
 		return w, false, sendError(c, http.StatusServiceUnavailable, typeUnavailable, "autopilot_off", "preset", "the autopilot preset is not running on this server")
 	}
-	ctrl, err := h.deps.Autopilot.Get(clusterID, t)
+	ctrl, err := h.deps.Autopilot.Get(cl, t)
 	switch {
 	case errors.Is(err, autopilot.ErrTooMany):
 		return w, false, sendError(c, http.StatusBadRequest, typeInvalidRequest, "", hdrAutopilot, err.Error())

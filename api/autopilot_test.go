@@ -33,7 +33,7 @@ func runningRegistry(t *testing.T, interval time.Duration) *autopilot.Registry {
 		<-done
 	})
 	testwait.Until(t, "registry running", func() bool {
-		_, err := reg.Get("probe", autopilot.Targets{P95E2E: time.Hour})
+		_, err := reg.Get(&routing.Cluster{ID: "probe"}, autopilot.Targets{P95E2E: time.Hour})
 		return err == nil
 	})
 	return reg
@@ -72,7 +72,7 @@ func TestAutopilotRequests(t *testing.T) {
 		t.Fatalf("X-RouteBalance-Weights %q", h)
 	}
 	tg := autopilot.Targets{P95E2E: time.Microsecond}
-	ctrl, _ := reg.Get(e.p.Cluster.ID, tg)
+	ctrl, _ := reg.Get(&routing.Cluster{ID: e.p.Cluster.ID}, tg)
 	testwait.Until(t, "a fallback toward latency", func() bool {
 		// Enough observations for a trusted window (MinWindow).
 		for range 5 {
@@ -211,7 +211,7 @@ func TestClusterAutopilotEndpoint(t *testing.T) {
 	if r.status != 200 || r.body["running"] != true || len(r.body["controllers"].([]any)) != 0 {
 		t.Fatalf("no controller yet: %d %s", r.status, r.raw)
 	}
-	c, err := reg.Get(cid, autopilot.Targets{P95E2E: 3 * time.Second, MaxCostUSD: 0.01})
+	c, err := reg.Get(&routing.Cluster{ID: cid}, autopilot.Targets{P95E2E: 3 * time.Second, MaxCostUSD: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -319,7 +319,7 @@ func (h *inference) prepare(ctx context.Context, x *exchange, ep proxy.Endpoint,
 	}
 	if auto {
 		var ok bool
-		if weights, ok, err = h.autopilotWeights(c, x, cl.ID, targets); !ok {
+		if weights, ok, err = h.autopilotWeights(c, x, cl, targets); !ok {
 			return nil, err
 		}
 	}

@@ -31,8 +31,9 @@ type emulatedServe struct {
 // startEmulated parses clusterFile, starts the emulated cluster (cfg.File
 // is set from it) and serve in front of it, signs up a tenant and creates
 // its cluster and key; the instances are registered by the caller
-// (register). Everything stops with the test.
-func startEmulated(t *testing.T, clusterFile string, cfg vllmemu.Config) *emulatedServe {
+// (register). serveArgs are added to serve's flags. Everything stops with
+// the test.
+func startEmulated(t *testing.T, clusterFile string, cfg vllmemu.Config, serveArgs ...string) *emulatedServe {
 	t.Helper()
 	f, err := engine.ParseCluster([]byte(clusterFile))
 	if err != nil {
@@ -47,7 +48,7 @@ func startEmulated(t *testing.T, clusterFile string, cfg vllmemu.Config) *emulat
 	}
 	t.Cleanup(func() { _ = emu.Close() })
 	s := &emulatedServe{emu: emu, dir: t.TempDir()}
-	s.base, s.stop = startServe(t, s.dir, "--allow-private-endpoints")
+	s.base, s.stop = startServe(t, s.dir, append([]string{"--allow-private-endpoints"}, serveArgs...)...)
 	s.tok = postJSON(t, s.base+"/api/v1/signup", "", `{"email":"emu@example.com","password":"correct-horse-42","name":"Emu"}`)["access_token"].(string)
 	s.cluster = postJSON(t, s.base+"/api/v1/clusters", s.tok, `{"name":"c"}`)["id"].(string)
 	s.key = postJSON(t, s.base+"/api/v1/keys", s.tok, `{"name":"k"}`)["key"].(string)

@@ -64,6 +64,7 @@ type serveConfig struct {
 	requestTimeout  time.Duration
 	autopilotEvery  time.Duration
 	whatIfTimeout   time.Duration // 0: sim's default
+	autopilotReplay bool
 	logLevel        slog.Level
 	indexDir        string
 	latencyDir      string
@@ -124,6 +125,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&c.autopilotEvery, "autopilot-interval", apEvery, "control interval of the autopilot preset's controllers (routing/autopilot) (env ROUTEBALANCE_AUTOPILOT_INTERVAL)")
 	wiTimeout, _ := time.ParseDuration(env("WHATIF_TIMEOUT", sim.DefaultWhatIfConfig().Timeout.String()))
 	fs.DurationVar(&c.whatIfTimeout, "whatif-timeout", wiTimeout, "wall-clock budget of one what-if replay (POST /api/v1/clusters/{id}/whatif); past it the preview answers 503 whatif_timeout (env ROUTEBALANCE_WHATIF_TIMEOUT)")
+	fs.BoolVar(&c.autopilotReplay, "autopilot-predict", env("AUTOPILOT_PREDICT", "true") != "false", "the autopilot's model-predictive part: each step replays the cluster's recent traffic from the live fleet state for each candidate weight vector (routing/sim.LivePredictor); false: feedback only (env ROUTEBALANCE_AUTOPILOT_PREDICT)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", grace, "how long in-flight requests and streams may run after SIGINT/SIGTERM (env ROUTEBALANCE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&c.indexDir, "index-dir", env("INDEX_DIR", ""), "quality/length index written by routebalance index build; empty routes on the instances' quality priors (env ROUTEBALANCE_INDEX_DIR)")
 	fs.StringVar(&c.latencyDir, "latency-dir", env("LATENCY_DIR", ""), "directory of <tier>.tpot.bin/<tier>.ttft.bin XGBoost models from scripts/train_tpot.py; tiers without one use the online analytic model (env ROUTEBALANCE_LATENCY_DIR)")
@@ -614,8 +616,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	// The autopilot preset: a controller per (cluster, target set), stepped
 	// every --autopilot-interval on the windows of the requests it routed
-	// (feedback only: no live replay, routing/autopilot/README.md).
-	apReg, err := autopilot.NewRegistry(autopilot.LiveConfig{Interval: cfg.autopilotEvery}, nil, nil, tel.AutopilotHooks(), log)
+	// and, with --autopilot-predict, a replay per candidate of the
+	// cluster's recent traffic from the live fleet state, through the
+	// what-if Previewer (each step's replays within half an interval, at
+	// most 1 s).
+	var apPred *sim.LivePredictor
+	var newPred func(string, autopilot.Targets) autopilot.Predictor
+	if cfg.autopilotReplay {
+		apPred = sim.NewLivePredictor(sim.LivePredictorConfig{Budget: min(time.Second, cfg.autopilotEvery/2)}, previewer)
+		newPred = func(string, autopilot.Targets) autopilot.Predictor { return apPred }
+	}
+	apReg, err := autopilot.NewRegistry(autopilot.LiveConfig{Interval: cfg.autopilotEvery}, nil, newPred, tel.AutopilotHooks(), log)
 	if err != nil {
 		return fmt.Errorf("autopilot: %w", err)
 	}
@@ -691,6 +702,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	acfg.RequestTimeout = cfg.requestTimeout
 	acfg.TrustedProxies = cfg.trustedProxies
 	srv := api.New(acfg, deps)
+	if apPred != nil {
+		apPred.SetPrompts(srv.PromptMemory())
+	}
 
 	log.Info("listening", slog.String("addr", ln.Addr().String()), slog.Bool("allow_private_endpoints", cfg.allowPrivate))
 	fmt.Fprintf(stdout, "routebalance listening on http://%s\n", ln.Addr())

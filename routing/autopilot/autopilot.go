@@ -80,6 +80,8 @@ type Prediction struct {
 	P95TTFT     time.Duration `json:"p95_ttft"`
 	MeanCostUSD float64       `json:"mean_cost_usd"`
 	Quality     float64       `json:"quality"`
+	// N is how many requests the replay ran (0: not known).
+	N int `json:"n,omitempty"`
 }
 
 // Params are the controller's constants (chosen on a validation split;

@@ -25,12 +25,13 @@ type Observation struct {
 	Failed bool
 }
 
-// Predictor predicts what each candidate weight vector would give over
-// the next interval from the live state (a what-if replay); it may
-// return fewer predictions, or ones with OK false. Called from the
+// Predictor predicts what each candidate weight vector would give cl over
+// the next interval from the live state (a what-if replay of its recent
+// traffic, routing/sim.LivePredictor); it may return fewer predictions,
+// or ones with OK false, and must bound its own time. Called from the
 // controller's goroutine only, never from the request path.
 type Predictor interface {
-	Predict(ctx context.Context, cands []routing.Weights) []Prediction
+	Predict(ctx context.Context, cl *routing.Cluster, cands []routing.Weights) []Prediction
 }
 
 // LiveConfig configures the live controllers.
@@ -150,6 +151,9 @@ type Controller struct {
 	weights atomic.Pointer[routing.Weights]
 	obs     chan Observation
 	used    atomic.Int64 // unix nanoseconds of the last Weights call
+	// routed is the cluster as the request path last routed it (what
+	// the predictor replays).
+	routed  atomic.Pointer[routing.Cluster]
 	dropped atomic.Int64
 
 	// owned by the controller's goroutine (Step)
@@ -211,8 +215,8 @@ func (c *Controller) Step(ctx context.Context, now time.Time, pred Predictor) De
 	ws := c.status(win, now)
 	cands := Candidates(c.state, c.targets, c.cfg.Params)
 	var preds []Prediction
-	if pred != nil {
-		preds = pred.Predict(ctx, cands)
+	if cl := c.routed.Load(); pred != nil && cl != nil {
+		preds = pred.Predict(ctx, cl, cands)
 	}
 	next, d := Decide(c.state, c.targets, []Window{win}, preds, c.cfg.Params)
 	c.state = next
@@ -365,16 +369,21 @@ var ErrNotRunning = errors.New("autopilot: registry not running")
 // use.
 var ErrTooMany = errors.New("too many distinct autopilot target sets in use on this server; reuse one")
 
-// Get returns the controller of (cluster, t), starting it on first use.
-// The request path calls it: it takes the registry's lock only to look up
-// or insert, never while a controller steps.
-func (r *Registry) Get(cluster string, t Targets) (*Controller, error) {
+// Get returns the controller of (cl.ID, t), starting it on first use, and
+// remembers cl as the cluster its predictor replays. The request path
+// calls it: it takes the registry's lock only to look up or insert, never
+// while a controller steps.
+func (r *Registry) Get(cl *routing.Cluster, t Targets) (*Controller, error) {
+	cluster := cl.ID
 	key := cluster + "\x00" + t.Key()
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c, ok := r.ctrls[key]; ok {
 		c.used.Store(now.UnixNano())
+		if c.routed.Load() != cl {
+			c.routed.Store(cl)
+		}
 		return c, nil
 	}
 	if r.ctx == nil || r.ctx.Err() != nil {
@@ -384,6 +393,7 @@ func (r *Registry) Get(cluster string, t Targets) (*Controller, error) {
 		return nil, ErrTooMany
 	}
 	c := newController(cluster, t, r.cfg, now)
+	c.routed.Store(cl)
 	r.ctrls[key] = c
 	var pred Predictor
 	if r.newPredictor != nil {

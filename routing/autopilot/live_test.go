@@ -89,7 +89,7 @@ type blockingPredictor struct {
 	release chan struct{}
 }
 
-func (b *blockingPredictor) Predict(ctx context.Context, cands []routing.Weights) []Prediction {
+func (b *blockingPredictor) Predict(ctx context.Context, cl *routing.Cluster, cands []routing.Weights) []Prediction {
 	close(b.entered)
 	<-b.release
 	return nil
@@ -100,6 +100,7 @@ func (b *blockingPredictor) Predict(ctx context.Context, cands []routing.Weights
 // return at once.
 func TestRequestPathNeverWaitsForAStep(t *testing.T) {
 	c := newController("c1", Targets{P95E2E: time.Second}, LiveConfig{Buffer: 4}.WithDefaults(), t0)
+	c.routed.Store(&routing.Cluster{ID: "c1"})
 	p := &blockingPredictor{entered: make(chan struct{}), release: make(chan struct{})}
 	done := make(chan struct{})
 	go func() {
@@ -145,17 +146,17 @@ func TestRegistryStartsOneControllerPerTargetSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := Targets{P95E2E: time.Second}
-	if _, err := reg.Get("c1", a); err != ErrNotRunning {
+	if _, err := reg.Get(&routing.Cluster{ID: "c1"}, a); err != ErrNotRunning {
 		t.Fatalf("Get before Run: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error)
 	go func() { ran <- reg.Run(ctx) }()
-	testwait.Until(t, "registry running", func() bool { _, err := reg.Get("c1", a); return err == nil })
-	c1, _ := reg.Get("c1", a)
-	c1b, _ := reg.Get("c1", a)
-	c2, _ := reg.Get("c1", Targets{P95E2E: time.Second, P95TTFT: 300 * time.Millisecond})
-	c3, _ := reg.Get("c2", a)
+	testwait.Until(t, "registry running", func() bool { _, err := reg.Get(&routing.Cluster{ID: "c1"}, a); return err == nil })
+	c1, _ := reg.Get(&routing.Cluster{ID: "c1"}, a)
+	c1b, _ := reg.Get(&routing.Cluster{ID: "c1"}, a)
+	c2, _ := reg.Get(&routing.Cluster{ID: "c1"}, Targets{P95E2E: time.Second, P95TTFT: 300 * time.Millisecond})
+	c3, _ := reg.Get(&routing.Cluster{ID: "c2"}, a)
 	if c1 != c1b || c1 == c2 || c1 == c3 {
 		t.Fatal("controllers not one per (cluster, targets)")
 	}
@@ -179,7 +180,7 @@ func TestRegistryStartsOneControllerPerTargetSet(t *testing.T) {
 	if err := <-ran; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.Get("c1", a); err != ErrNotRunning {
+	if _, err := reg.Get(&routing.Cluster{ID: "c1"}, a); err != ErrNotRunning {
 		t.Fatalf("Get after Run: %v", err)
 	}
 }

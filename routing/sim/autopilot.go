@@ -386,6 +386,16 @@ func (d *driver) replay(ctx context.Context, world *World, rep *Replay, ages []t
 	if err != nil {
 		return p
 	}
+	return predictionOf(res, ages, w)
+}
+
+// predictionOf summarises a replay as the controller's Prediction: the
+// p95 E2E and TTFT of its requests (record i's latency plus ages[i] when
+// ages is given: how long it had waited before the replay; a failed
+// request counts as infinitely late), and the mean cost and predicted
+// quality of the completed ones. OK is false when none completed.
+func predictionOf(res *Result, ages []time.Duration, w routing.Weights) autopilot.Prediction {
+	p := autopilot.Prediction{Weights: w}
 	var e2e, ttft []float64
 	var qsum, cost float64
 	var nq, n int
@@ -395,8 +405,12 @@ func (d *driver) replay(ctx context.Context, world *World, rep *Replay, ages []t
 			e2e, ttft = append(e2e, math.Inf(1)), append(ttft, math.Inf(1))
 			continue
 		}
-		e2e = append(e2e, float64(rec.E2E+ages[i]))
-		ttft = append(ttft, float64(rec.TTFT+ages[i]))
+		var age time.Duration
+		if i < len(ages) {
+			age = ages[i]
+		}
+		e2e = append(e2e, float64(rec.E2E+age))
+		ttft = append(ttft, float64(rec.TTFT+age))
 		cost += rec.CostUSD
 		n++
 		if rec.HasQuality {
@@ -409,7 +423,7 @@ func (d *driver) replay(ctx context.Context, world *World, rep *Replay, ages []t
 	}
 	slices.Sort(e2e)
 	slices.Sort(ttft)
-	p.OK = true
+	p.OK, p.N = true, len(e2e)
 	p.P95E2E, p.P95TTFT = dur(metrics.Percentile(e2e, 95)), dur(metrics.Percentile(ttft, 95))
 	p.MeanCostUSD = cost / float64(n)
 	if nq > 0 {

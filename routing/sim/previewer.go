@@ -197,48 +197,71 @@ func (p *Previewer) Preview(ctx context.Context, q routing.WhatIfQuery) (*routin
 	if q.MaxRequests > 0 {
 		n = min(n, q.MaxRequests)
 	}
-	rc := q.Cluster
-	rc.TenantID, rc.Version = q.TenantID, 1
-	if rc.Policy.Name == "" {
-		rc.Policy.Name = "routebalance"
-	}
-	if rc.Policy.Name == "oracle" {
-		return nil, &routing.FieldError{Field: "policy.name", Msg: "the oracle policy needs true labels and is for offline simulation only"}
-	}
-	if _, err := schedule.NewRegistry().New(rc.Policy); err != nil {
-		var fe *routing.FieldError
-		if errors.As(err, &fe) {
-			return nil, &routing.FieldError{Field: "policy", Msg: fe.Msg}
-		}
-		return nil, &routing.FieldError{Field: "policy", Msg: err.Error()}
-	}
-	if len(rc.Instances) == 0 {
-		return nil, &routing.FieldError{Msg: fmt.Sprintf("cluster %s has no enabled instances to simulate", rc.ID)}
-	}
-	rc.Instances = append([]routing.Instance(nil), rc.Instances...)
-	ids := make([]string, len(rc.Instances))
-	for i := range rc.Instances {
-		rc.Instances[i].APIKey = "" // never needed by a replay
-		ids[i] = rc.Instances[i].ID
-	}
-
-	items, source := p.deps.Sample, "sample"
-	obsItems, observed, newest, err := p.observedTraffic(ctx, q.TenantID, rc.ID, n, q.Prompts)
+	pl, err := p.plan(ctx, q, n, observedWindow, false)
 	if err != nil {
 		return nil, err
 	}
-	if observed != nil {
-		items, source = obsItems, "observed"
-	} else if q.Prompts != nil {
-		if ps := q.Prompts.TenantPrompts(q.TenantID, n); len(ps) >= p.cfg.MinRecent {
-			items, source = make([]workload.Item, len(ps)), "recent"
-			for k, pr := range ps {
-				items[k] = workload.Item{ID: fmt.Sprintf("recent-%d", k), Prompt: pr}
-			}
-		}
+	rc, ids, source, newest, observed, live, liveKey := pl.cluster, pl.ids, pl.source, pl.newest, pl.observed, pl.live, pl.liveKey
+	cfg, world, items := pl.cfg, pl.world, pl.items
+	key := func(wt routing.Weights) string {
+		return fmt.Sprintf("%s|%s|%s|%s|%v|%g|%g|%g|%s|%s|%d|%d|%.2f|%.2f|%.2f|%s", q.TenantID, rc.ID, q.Version,
+			strings.Join(ids, ","), rc.Policy.Name, rc.Policy.Threshold, rc.Policy.Slack, rc.Policy.SwitchGain,
+			source, newest, len(items), n, wt.Quality, wt.Latency, wt.Cost, liveKey)
 	}
-	if len(items) == 0 {
-		return nil, &routing.FieldError{Msg: "no prompts to replay"}
+	pred, err := p.run(ctx, key(q.Weights), cfg, world, items, rc.Policy, q.Weights)
+	if err != nil {
+		return nil, err
+	}
+	out := &routing.WhatIfResult{
+		Source: source, Requests: pred.N, Predicted: metricsOf(pred), Policy: rc.Policy.Name, RateRPS: pred.Rate,
+		Estimate: "model", QualitySource: "priors", Note: previewNote, Observed: observed, Live: live,
+	}
+	if observed != nil {
+		out.Note = previewObservedNote
+	}
+	if p.deps.WhatIf.Estimator != nil {
+		out.QualitySource = "index"
+	}
+	if q.Baseline != nil {
+		base, err := p.run(ctx, key(*q.Baseline), cfg, world, items, rc.Policy, *q.Baseline)
+		if err != nil {
+			return nil, err
+		}
+		out.Baseline = metricsOf(base)
+	}
+	return out, nil
+}
+
+// replayPlan is a prepared replay of a cluster: its engines, the workload
+// and the bounds, from the recorded traffic (or the remembered prompts, or
+// the sample set) and the live state.
+type replayPlan struct {
+	cluster  routing.Cluster
+	ids      []string
+	cfg      WhatIfConfig
+	world    *World
+	items    []workload.Item
+	source   string
+	newest   string
+	observed *routing.WhatIfObserved
+	live     *routing.WhatIfLive
+	liveKey  string
+}
+
+// plan prepares the replay of q's cluster with up to n requests: the
+// recorded ones that started in the last window, at their observed rate,
+// else (unless observedOnly) the tenant's remembered prompts or the sample
+// set at the configured load; engines from the live latency models; the
+// live router's per-instance state. A cluster or policy the scheduler
+// cannot run, or nothing to replay, is a *routing.FieldError.
+func (p *Previewer) plan(ctx context.Context, q routing.WhatIfQuery, n int, window time.Duration, observedOnly bool) (*replayPlan, error) {
+	rc, ids, err := replayCluster(q)
+	if err != nil {
+		return nil, err
+	}
+	items, source, observed, newest, err := p.workload(ctx, q, rc.ID, n, window, observedOnly)
+	if err != nil {
+		return nil, err
 	}
 	// Engines from the live latency models, asked at the traffic's mean
 	// prompt size (EngineTierAt).
@@ -268,33 +291,66 @@ func (p *Previewer) Preview(ctx context.Context, q routing.WhatIfQuery) (*routin
 	if p.deps.State != nil {
 		live, liveKey = liveState(&cfg, p.deps.State.State(rc.ID), ids)
 	}
-	key := func(wt routing.Weights) string {
-		return fmt.Sprintf("%s|%s|%s|%s|%v|%g|%g|%g|%s|%s|%d|%d|%.2f|%.2f|%.2f|%s", q.TenantID, rc.ID, q.Version,
-			strings.Join(ids, ","), rc.Policy.Name, rc.Policy.Threshold, rc.Policy.Slack, rc.Policy.SwitchGain,
-			source, newest, len(items), n, wt.Quality, wt.Latency, wt.Cost, liveKey)
+	return &replayPlan{cluster: rc, ids: ids, cfg: cfg, world: world, items: items, source: source, newest: newest,
+		observed: observed, live: live, liveKey: liveKey}, nil
+}
+
+// replayCluster is q's cluster as a replay runs it (default policy, no
+// API keys), checked: a policy the scheduler rejects, the oracle, or no
+// instances is a *routing.FieldError.
+func replayCluster(q routing.WhatIfQuery) (routing.Cluster, []string, error) {
+	rc := q.Cluster
+	rc.TenantID, rc.Version = q.TenantID, 1
+	if rc.Policy.Name == "" {
+		rc.Policy.Name = "routebalance"
 	}
-	pred, err := p.run(ctx, key(q.Weights), cfg, world, items, rc.Policy, q.Weights)
+	if rc.Policy.Name == "oracle" {
+		return routing.Cluster{}, nil, &routing.FieldError{Field: "policy.name", Msg: "the oracle policy needs true labels and is for offline simulation only"}
+	}
+	if _, err := schedule.NewRegistry().New(rc.Policy); err != nil {
+		var fe *routing.FieldError
+		if errors.As(err, &fe) {
+			return routing.Cluster{}, nil, &routing.FieldError{Field: "policy", Msg: fe.Msg}
+		}
+		return routing.Cluster{}, nil, &routing.FieldError{Field: "policy", Msg: err.Error()}
+	}
+	if len(rc.Instances) == 0 {
+		return routing.Cluster{}, nil, &routing.FieldError{Msg: fmt.Sprintf("cluster %s has no enabled instances to simulate", rc.ID)}
+	}
+	rc.Instances = append([]routing.Instance(nil), rc.Instances...)
+	ids := make([]string, len(rc.Instances))
+	for i := range rc.Instances {
+		rc.Instances[i].APIKey = "" // never needed by a replay
+		ids[i] = rc.Instances[i].ID
+	}
+	return rc, ids, nil
+}
+
+// workload picks what a replay runs: up to n recorded requests of the
+// cluster that started in the last window, else (unless observedOnly) the
+// tenant's remembered prompts or the sample set.
+func (p *Previewer) workload(ctx context.Context, q routing.WhatIfQuery, clusterID string, n int, window time.Duration, observedOnly bool) (items []workload.Item, source string, observed *routing.WhatIfObserved, newest string, err error) {
+	items, source = p.deps.Sample, "sample"
+	obsItems, observed, newest, err := p.observedTraffic(ctx, q.TenantID, clusterID, n, window, q.Prompts)
 	if err != nil {
-		return nil, err
-	}
-	out := &routing.WhatIfResult{
-		Source: source, Requests: pred.N, Predicted: metricsOf(pred), Policy: rc.Policy.Name, RateRPS: pred.Rate,
-		Estimate: "model", QualitySource: "priors", Note: previewNote, Observed: observed, Live: live,
+		return nil, "", nil, "", err
 	}
 	if observed != nil {
-		out.Note = previewObservedNote
-	}
-	if p.deps.WhatIf.Estimator != nil {
-		out.QualitySource = "index"
-	}
-	if q.Baseline != nil {
-		base, err := p.run(ctx, key(*q.Baseline), cfg, world, items, rc.Policy, *q.Baseline)
-		if err != nil {
-			return nil, err
+		items, source = obsItems, "observed"
+	} else if observedOnly {
+		return nil, "", nil, "", &routing.FieldError{Msg: "too little recorded traffic to replay"}
+	} else if q.Prompts != nil {
+		if ps := q.Prompts.TenantPrompts(q.TenantID, n); len(ps) >= p.cfg.MinRecent {
+			items, source = make([]workload.Item, len(ps)), "recent"
+			for k, pr := range ps {
+				items[k] = workload.Item{ID: fmt.Sprintf("recent-%d", k), Prompt: pr}
+			}
 		}
-		out.Baseline = metricsOf(base)
 	}
-	return out, nil
+	if len(items) == 0 {
+		return nil, "", nil, "", &routing.FieldError{Msg: "no prompts to replay"}
+	}
+	return items, source, observed, newest, nil
 }
 
 func metricsOf(c Cell) *routing.WhatIfMetrics {
@@ -340,18 +396,18 @@ func (p *Previewer) run(ctx context.Context, key string, cfg WhatIfConfig, world
 }
 
 // observedTraffic reads up to n of the tenant's most recent served
-// requests on the cluster (last observedWindow) and turns them into a
+// requests on the cluster (the last window) and turns them into a
 // replay workload: each item keeps the request's prompt-token count and
 // its observed output length (for whichever model serves it in the
 // replay) and, when the process still remembers it, its prompt (for the
 // quality estimate). It returns nil when there is too little traffic;
 // newest is the newest replayed request's id (part of the cache key).
-func (p *Previewer) observedTraffic(ctx context.Context, tenantID, clusterID string, n int, prompts routing.PromptMemory) (items []workload.Item, obs *routing.WhatIfObserved, newest string, err error) {
+func (p *Previewer) observedTraffic(ctx context.Context, tenantID, clusterID string, n int, window time.Duration, prompts routing.PromptMemory) (items []workload.Item, obs *routing.WhatIfObserved, newest string, err error) {
 	if p.deps.Traffic == nil || n < minObserved {
 		return nil, nil, "", nil
 	}
 	now := p.clock.Now().UTC()
-	rows, err := p.deps.Traffic.ServedRequests(ctx, tenantID, clusterID, now.Add(-observedWindow), now.Add(time.Second), n)
+	rows, err := p.deps.Traffic.ServedRequests(ctx, tenantID, clusterID, now.Add(-window), now.Add(time.Second), n)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("observed traffic: %w", err)
 	}

@@ -238,14 +238,25 @@ func (r readOnlyLatency) TTFT(tier string, l routing.Load) float64 { return r.m.
 // own predicted quality of each served model (Config.EstimatedQuality);
 // decisions cost no virtual time, so the same inputs give the same answer.
 func WhatIf(ctx context.Context, cfg WhatIfConfig, deps WhatIfDeps, w *World, items []workload.Item, policy routing.PolicyConfig, weights routing.Weights) (Cell, error) {
-	if err := cfg.Validate(); err != nil {
+	res, rate, err := whatIfRun(ctx, cfg, deps, w, items, policy, weights)
+	if err != nil {
 		return Cell{}, err
+	}
+	c := Summarize(res, DefaultGoodput())
+	c.Policy, c.Weights, c.Rate = policy.Name, weights.String(), rate
+	return c, nil
+}
+
+// whatIfRun is WhatIf's replay: the run's records and its arrival rate.
+func whatIfRun(ctx context.Context, cfg WhatIfConfig, deps WhatIfDeps, w *World, items []workload.Item, policy routing.PolicyConfig, weights routing.Weights) (*Result, float64, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, 0, err
 	}
 	if err := weights.Validate(); err != nil {
-		return Cell{}, err
+		return nil, 0, err
 	}
 	if len(items) == 0 {
-		return Cell{}, workload.ErrEmpty
+		return nil, 0, workload.ErrEmpty
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -261,7 +272,7 @@ func WhatIf(ctx context.Context, cfg WhatIfConfig, deps WhatIfDeps, w *World, it
 	sdeps.Labels = noLabels{}
 	r, err := NewCoreRouter(deps.Schedule, sdeps, w, Arm{Policy: policy, Weights: weights})
 	if err != nil {
-		return Cell{}, err
+		return nil, 0, err
 	}
 	defer r.Close()
 	explored := deps.Schedule.WithDefaults().Fleet.ExploreRequests
@@ -277,7 +288,7 @@ func WhatIf(ctx context.Context, cfg WhatIfConfig, deps WhatIfDeps, w *World, it
 		rate = cfg.Load * WorldCapacity(w)
 	}
 	if !(rate > 0) || math.IsInf(rate, 0) {
-		return Cell{}, fmt.Errorf("cannot derive an arrival rate for the cluster (capacity %v)", WorldCapacity(w))
+		return nil, 0, fmt.Errorf("cannot derive an arrival rate for the cluster (capacity %v)", WorldCapacity(w))
 	}
 	run := Config{
 		Rate: rate, Burstiness: 1, N: min(cfg.MaxRequests, max(len(items), 1)), Seed: cfg.Seed,
@@ -296,17 +307,15 @@ func WhatIf(ctx context.Context, cfg WhatIfConfig, deps WhatIfDeps, w *World, it
 		}
 		pre, err := preloads(w, loads)
 		if err != nil {
-			return Cell{}, err
+			return nil, 0, err
 		}
 		run.Replay = &Replay{Items: workload.Sample(items, run.N, run.Seed), At: workload.Arrivals(run.N, run.Rate, run.Burstiness, run.Seed), Preload: pre}
 	}
 	res, err := Run(ctx, run, w, items, weights, r)
 	if err != nil {
-		return Cell{}, err
+		return nil, 0, err
 	}
-	c := Summarize(res, DefaultGoodput())
-	c.Policy, c.Weights, c.Rate = policy.Name, weights.String(), rate
-	return c, nil
+	return res, rate, nil
 }
 
 type noLabels struct{}
