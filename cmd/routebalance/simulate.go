@@ -39,7 +39,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	rates := fs.String("rates", "6,8,10,12,18,24,30", "comma list of request rates λ (req/s)")
 	rateProfile := fs.String("rate-profile", "", "piecewise-constant λ over time instead of --rates, e.g. 6:60s,30:60s,6:60s (arrivals until it ends; --n is ignored); cells then carry 10 s windows")
 	slo := fs.String("slo", "", "targets of the autopilot preset and of every cell's windows: p95_e2e_ms=…,p95_ttft_ms=…,max_cost_usd_per_request=…")
-	apParams := fs.String("autopilot-params", "", "autopilot constants over the defaults: margin=…,band=…,dwell=…,min_gain=…,steps=a/b/c,max_step=…,min_window=… (routing/autopilot/README.md)")
+	apParams := fs.String("autopilot-params", "", "autopilot constants over the defaults: margin=…,band=…,dwell=…,persist=…,rise=…,confirm=…,min_gain=…,steps=a/b/c,max_step=…,min_window=… (routing/autopilot/README.md)")
 	apInterval := fs.Duration("autopilot-interval", 5*time.Second, "autopilot control interval (virtual time)")
 	apFeedback := fs.Duration("autopilot-feedback", 20*time.Second, "autopilot feedback window (observed p95 over the last …)")
 	apHorizon := fs.Duration("autopilot-horizon", 10*time.Second, "recent traffic each autopilot replay repeats")

@@ -67,6 +67,11 @@ type Window struct {
 	MeanCostUSD float64 `json:"mean_cost_usd"`
 	// Quality is the mean served quality (observed or estimated).
 	Quality float64 `json:"quality"`
+	// Rate is the arrival rate over the window and RecentRate over its
+	// last control interval, in requests per second (0: not known); a
+	// RecentRate above (1 + Params.Rise) × Rate is a rising load.
+	Rate       float64 `json:"rate,omitempty"`
+	RecentRate float64 `json:"recent_rate,omitempty"`
 }
 
 // Prediction is what a candidate weight vector is predicted to give over
@@ -113,12 +118,24 @@ type Params struct {
 	// draining, which more latency weight does not speed up); without a
 	// prediction it always falls back.
 	Confirm bool
+	// Persist is how many consecutive steps must observe a miss before
+	// the fallback (1: at the first; a window's p95 over a few dozen
+	// requests is noisy), except on a rising load, which falls back at
+	// once. 0 counts as 1.
+	Persist int
+	// Rise is the feed-forward on the observed arrival rate: the latest
+	// window's RecentRate ≥ (1 + Rise) × Rate is a rising load, on which
+	// an observed miss falls back at once; with Rise > 0 a predicted miss
+	// of the current weights (rule 3) is acted on only on a rising load
+	// (at a steady rate the feedback is the better forecast: the replay's
+	// p95 is off by ×0.7–2.4). 0 turns the feed-forward off.
+	Rise float64
 }
 
 // DefaultParams returns the constants chosen on the validation split
 // (README.md "Constants").
 func DefaultParams() Params {
-	return Params{Steps: []float64{0.05, 0.1, 0.2}, MaxStep: 0.2, Margin: 0.5, Band: 0.4, Dwell: 2, MinGain: 0.002, MinWindow: 20}
+	return Params{Steps: []float64{0.05, 0.1, 0.2}, MaxStep: 0.2, Margin: 0.6, Band: 0.4, Dwell: 2, MinGain: 0.002, MinWindow: 20, Persist: 2, Rise: 0.5}
 }
 
 // Validate reports constants that break the guarantees (bounded step).
@@ -137,6 +154,9 @@ func (p Params) Validate() error {
 	if !(p.Margin >= 0 && p.Margin < 1) || !(p.Band >= 0 && p.Band < 1) || p.Dwell < 0 || !(p.MinGain >= 0) || p.MinWindow < 0 {
 		return errors.New("margin and band must be in [0, 1), dwell, min gain and min window >= 0")
 	}
+	if p.Persist < 0 || !(p.Rise >= 0) || math.IsInf(p.Rise, 0) {
+		return errors.New("persist and rise must be >= 0")
+	}
 	return nil
 }
 
@@ -147,6 +167,8 @@ type State struct {
 	// SinceBack counts intervals since the last latency-ward step
 	// (large when there was none).
 	SinceBack int `json:"since_back"`
+	// Misses counts the consecutive steps that observed a miss.
+	Misses int `json:"misses"`
 }
 
 // NewState starts at w with no recent fallback.
@@ -297,90 +319,41 @@ func Observed(t Targets, windows []Window, p Params) (ratio_ float64, cost float
 // more than p.MaxStep.
 func Decide(s State, t Targets, windows []Window, preds []Prediction, p Params) (State, Decision) {
 	obs, obsCost := Observed(t, windows, p)
+	dc := decider{t: t, p: p, preds: preds, cur: s.Weights, obs: obs, up: Rising(windows, p)}
 	d := Decision{Weights: s.Weights, Action: ActionHold, Ratio: obs, Chosen: -1}
 	next := s
 	if next.SinceBack < math.MaxInt32 {
 		next.SinceBack++
 	}
-	cur := s.Weights
-	predRatio := func(x Prediction) float64 { return ratio(t, x.P95E2E, x.P95TTFT) }
-	costOK := func(c float64) bool { return t.MaxCostUSD <= 0 || c <= t.MaxCostUSD }
-	var hold *Prediction
-	if len(preds) > 0 && preds[0].OK && near(preds[0].Weights, cur) {
-		hold = &preds[0]
-	}
-	// 1. Observed miss: the safe fallback, the largest step toward
-	// latency. Between taking it from quality or from cost the
-	// predictions choose (lower predicted ratio); without them, quality.
-	if obs > 1 && p.Confirm && hold != nil && predRatio(*hold) <= 1-p.Margin {
-		d.Reason = fmt.Sprintf("observed p95 at %.2f× target, current weights predicted at %.2f×: backlog, hold", obs, predRatio(*hold))
-		return next, d
-	}
+	next.Misses = 0
 	if obs > 1 {
-		var best routing.Weights
-		found, bestIdx, bestR := false, -1, math.Inf(1)
-		for _, from := range []string{wQuality, wCost} {
-			w, ok := apply(cur, Move{from, wLatency, p.MaxStep}, p.MaxStep)
-			if !ok {
-				continue
-			}
-			r, idx := math.Inf(1), -1
-			for i, x := range preds {
-				if x.OK && near(x.Weights, w) {
-					r, idx = predRatio(x), i
-				}
-			}
-			if !found || r < bestR {
-				best, found, bestIdx, bestR = w, true, idx, r
-			}
-		}
-		next.SinceBack = 0
-		if !found {
-			d.Reason = fmt.Sprintf("observed p95 at %.2f× target, no latency weight left to add", obs)
-			return next, d
-		}
-		next.Weights = best
-		d.Weights, d.Action, d.Chosen = best, ActionFallback, bestIdx
-		d.Reason = fmt.Sprintf("observed p95 at %.2f× target", obs)
-		return next, d
+		next.Misses = s.Misses + 1
+	}
+	if len(preds) > 0 && preds[0].OK && near(preds[0].Weights, dc.cur) {
+		dc.hold = &preds[0]
+	}
+	// 1. Observed miss: the safe fallback (held while unconfirmed).
+	if obs > 1 {
+		return dc.observedMiss(next, d)
+	}
+	// 1b. Feed-forward: a rising load without headroom (inside the band)
+	// falls back before the window shows the miss.
+	if dc.up && obs > 1-p.Band {
+		return dc.observedMiss(next, d)
 	}
 	// 2. Cost over its target (latency met): step toward cost.
 	if t.MaxCostUSD > 0 && obsCost > t.MaxCostUSD {
-		if w, ok := apply(cur, Move{wQuality, wCost, p.MaxStep}, p.MaxStep); ok {
+		if w, ok := apply(dc.cur, Move{wQuality, wCost, p.MaxStep}, p.MaxStep); ok {
 			next.Weights = w
 			d.Weights, d.Action = w, ActionCost
 			d.Reason = fmt.Sprintf("observed cost %.3g > target %.3g USD", obsCost, t.MaxCostUSD)
 			return next, d
 		}
 	}
-	feasible := func(x Prediction) bool { return x.OK && predRatio(x) <= 1-p.Margin && costOK(x.MeanCostUSD) }
-	// 3. Predicted miss of the current weights: take the best feasible
-	// latency-ward candidate, else the one with the lowest predicted ratio.
-	if hold != nil && predRatio(*hold) > 1 {
-		idx, bestQ, bestR := -1, math.Inf(-1), math.Inf(1)
-		for i, x := range preds {
-			if i == 0 || !x.OK || x.Weights.Latency <= cur.Latency {
-				continue
-			}
-			if feasible(x) && x.Quality > bestQ {
-				idx, bestQ = i, x.Quality
-			}
-		}
-		if idx < 0 {
-			for i, x := range preds {
-				if i > 0 && x.OK && x.Weights.Latency > cur.Latency && predRatio(x) < bestR {
-					idx, bestR = i, predRatio(x)
-				}
-			}
-		}
-		if idx >= 0 {
-			next.Weights, next.SinceBack = preds[idx].Weights, 0
-			d.Weights, d.Action, d.Chosen = preds[idx].Weights, ActionPredict, idx
-			d.Reason = fmt.Sprintf("current weights predicted at %.2f× target", predRatio(*hold))
-			return next, d
-		}
-		d.Reason = "current weights predicted to miss; no latency-ward candidate"
-		return next, d
+	// 3. Predicted miss of the current weights (with the feed-forward:
+	// on a rising load only).
+	if dc.hold != nil && dc.ratio(*dc.hold) > 1 && (p.Rise == 0 || dc.up) {
+		return dc.predictedMiss(next, d)
 	}
 	// 4. Hysteresis: close to the target, or just after a fallback, hold.
 	if obs > 1-p.Band {
@@ -391,29 +364,149 @@ func Decide(s State, t Targets, windows []Window, preds []Prediction, p Params) 
 		d.Reason = fmt.Sprintf("dwell: %d interval(s) since the last latency-ward step", next.SinceBack)
 		return next, d
 	}
-	// 5. Headroom: the feasible candidate with the best predicted quality,
-	// if it beats holding by MinGain.
-	if hold == nil {
-		// Feedback only (no replay available): with observed headroom,
-		// the smallest step toward quality, from latency (else cost).
-		if obs < 1-p.Band && len(p.Steps) > 0 {
-			small := slices.Min(p.Steps)
-			for _, from := range []string{wLatency, wCost} {
-				if w, ok := apply(cur, Move{from, wQuality, small}, p.MaxStep); ok {
-					next.Weights = w
-					d.Weights, d.Action = w, ActionProbe
-					d.Reason = fmt.Sprintf("observed p95 at %.2f× target, no prediction: %.2f toward quality", obs, Step(cur, w))
-					return next, d
-				}
-			}
+	if dc.hold == nil {
+		return dc.feedbackOnly(next, d)
+	}
+	return dc.headroom(next, d)
+}
+
+// decider holds one Decide call's inputs.
+type decider struct {
+	t     Targets
+	p     Params
+	preds []Prediction
+	cur   routing.Weights
+	obs   float64
+	up    bool        // a rising load (Rising)
+	hold  *Prediction // the prediction of the current weights, if any
+}
+
+func (dc *decider) ratio(x Prediction) float64 { return ratio(dc.t, x.P95E2E, x.P95TTFT) }
+
+func (dc *decider) feasible(x Prediction) bool {
+	return x.OK && dc.ratio(x) <= 1-dc.p.Margin && (dc.t.MaxCostUSD <= 0 || x.MeanCostUSD <= dc.t.MaxCostUSD)
+}
+
+// Rising says whether the latest window with MinWindow requests shows a
+// rising load: RecentRate ≥ (1 + Rise) × Rate (never with Rise 0).
+func Rising(windows []Window, p Params) bool {
+	if p.Rise <= 0 {
+		return false
+	}
+	for i := len(windows) - 1; i >= 0; i-- {
+		if w := windows[i]; w.N >= max(p.MinWindow, 1) {
+			return w.Rate > 0 && w.RecentRate >= (1+p.Rise)*w.Rate
 		}
-		d.Reason = "no prediction of the current weights"
+	}
+	return false
+}
+
+// observedMiss is rule 1 (and 1b, a rising load inside the band): the
+// largest step toward latency, from quality or from cost, whichever the
+// predictions say is faster (quality without them); held while a miss is
+// not yet confirmed (Persist, unless the load is rising) or, with
+// Confirm, predicted to clear.
+func (dc *decider) observedMiss(next State, d Decision) (State, Decision) {
+	obs, p := dc.obs, dc.p
+	if p.Confirm && dc.hold != nil && dc.ratio(*dc.hold) <= 1-p.Margin {
+		d.Reason = fmt.Sprintf("observed p95 at %.2f× target, current weights predicted at %.2f×: backlog, hold", obs, dc.ratio(*dc.hold))
 		return next, d
 	}
+	if persist := max(p.Persist, 1); !dc.up && next.Misses < persist {
+		d.Reason = fmt.Sprintf("observed p95 at %.2f× target, miss %d of %d before the fallback", obs, next.Misses, persist)
+		return next, d
+	}
+	var best routing.Weights
+	found, bestIdx, bestR := false, -1, math.Inf(1)
+	for _, from := range []string{wQuality, wCost} {
+		w, ok := apply(dc.cur, Move{from, wLatency, p.MaxStep}, p.MaxStep)
+		if !ok {
+			continue
+		}
+		r, idx := math.Inf(1), -1
+		for i, x := range dc.preds {
+			if x.OK && near(x.Weights, w) {
+				r, idx = dc.ratio(x), i
+			}
+		}
+		if !found || r < bestR {
+			best, found, bestIdx, bestR = w, true, idx, r
+		}
+	}
+	next.SinceBack = 0
+	if !found {
+		d.Reason = fmt.Sprintf("observed p95 at %.2f× target, no latency weight left to add", obs)
+		return next, d
+	}
+	next.Weights = best
+	d.Weights, d.Action, d.Chosen = best, ActionFallback, bestIdx
+	d.Reason = fmt.Sprintf("observed p95 at %.2f× target", obs)
+	if dc.up {
+		d.Reason += ", load rising"
+	}
+	return next, d
+}
+
+// predictedMiss is rule 3: the best feasible latency-ward candidate, else
+// the one with the lowest predicted ratio.
+func (dc *decider) predictedMiss(next State, d Decision) (State, Decision) {
+	idx, bestQ, bestR := -1, math.Inf(-1), math.Inf(1)
+	for i, x := range dc.preds {
+		if i == 0 || !x.OK || x.Weights.Latency <= dc.cur.Latency {
+			continue
+		}
+		if dc.feasible(x) && x.Quality > bestQ {
+			idx, bestQ = i, x.Quality
+		}
+	}
+	if idx < 0 {
+		for i, x := range dc.preds {
+			if i > 0 && x.OK && x.Weights.Latency > dc.cur.Latency && dc.ratio(x) < bestR {
+				idx, bestR = i, dc.ratio(x)
+			}
+		}
+	}
+	if idx < 0 {
+		d.Reason = "current weights predicted to miss; no latency-ward candidate"
+		return next, d
+	}
+	next.Weights, next.SinceBack = dc.preds[idx].Weights, 0
+	d.Weights, d.Action, d.Chosen = dc.preds[idx].Weights, ActionPredict, idx
+	d.Reason = fmt.Sprintf("current weights predicted at %.2f× target", dc.ratio(*dc.hold))
+	return next, d
+}
+
+// feedbackOnly is rule 7 (no replay of the current weights): with
+// observed headroom, the smallest step toward quality, from latency (else
+// cost).
+func (dc *decider) feedbackOnly(next State, d Decision) (State, Decision) {
+	if dc.obs < 1-dc.p.Band && len(dc.p.Steps) > 0 {
+		small := slices.Min(dc.p.Steps)
+		for _, from := range []string{wLatency, wCost} {
+			if w, ok := apply(dc.cur, Move{from, wQuality, small}, dc.p.MaxStep); ok {
+				next.Weights = w
+				d.Weights, d.Action = w, ActionProbe
+				d.Reason = fmt.Sprintf("observed p95 at %.2f× target, no prediction: %.2f toward quality", dc.obs, Step(dc.cur, w))
+				return next, d
+			}
+		}
+	}
+	d.Reason = "no prediction of the current weights"
+	return next, d
+}
+
+// headroom is rules 5 and 6: the feasible candidate toward quality with
+// the best predicted quality if it beats holding by MinGain, else (a
+// plateau: the scores can be flat in w over a stretch, e.g. while the
+// latency term still dominates every prompt, so small steps alone would
+// never leave it) the largest feasible step toward quality predicted no
+// worse.
+func (dc *decider) headroom(next State, d Decision) (State, Decision) {
+	hold, cur, p := dc.hold, dc.cur, dc.p
 	idx := -1
 	bestQ := hold.Quality + p.MinGain
-	for i, x := range preds {
-		if i == 0 || !feasible(x) || x.Weights.Quality <= cur.Quality {
+	for i, x := range dc.preds {
+		if i == 0 || !dc.feasible(x) || x.Weights.Quality <= cur.Quality {
 			continue
 		}
 		if x.Quality > bestQ {
@@ -422,17 +515,12 @@ func Decide(s State, t Targets, windows []Window, preds []Prediction, p Params) 
 	}
 	action := ActionQuality
 	if idx < 0 {
-		// 6. Plateau: no candidate is predicted better, but the window
-		// has headroom. Probe: the largest feasible step toward quality
-		// that is predicted no worse (the scores can be flat in w over a
-		// stretch, e.g. while the latency term still dominates every
-		// prompt, so small steps alone would never leave it).
 		bestStep, bestR := 0.0, math.Inf(1)
-		for i, x := range preds {
-			if i == 0 || !feasible(x) || x.Weights.Quality <= cur.Quality || x.Quality < hold.Quality-p.MinGain {
+		for i, x := range dc.preds {
+			if i == 0 || !dc.feasible(x) || x.Weights.Quality <= cur.Quality || x.Quality < hold.Quality-p.MinGain {
 				continue
 			}
-			st, r := Step(cur, x.Weights), predRatio(x)
+			st, r := Step(cur, x.Weights), dc.ratio(x)
 			if st > bestStep+1e-9 || (math.Abs(st-bestStep) <= 1e-9 && r < bestR) {
 				idx, bestStep, bestR = i, st, r
 			}
@@ -443,9 +531,9 @@ func Decide(s State, t Targets, windows []Window, preds []Prediction, p Params) 
 		d.Reason = "no feasible candidate toward quality"
 		return next, d
 	}
-	next.Weights = preds[idx].Weights
-	d.Weights, d.Action, d.Chosen = preds[idx].Weights, action, idx
-	d.Reason = fmt.Sprintf("predicted quality %.4f → %.4f at %.2f× target", hold.Quality, preds[idx].Quality, predRatio(preds[idx]))
+	next.Weights = dc.preds[idx].Weights
+	d.Weights, d.Action, d.Chosen = dc.preds[idx].Weights, action, idx
+	d.Reason = fmt.Sprintf("predicted quality %.4f → %.4f at %.2f× target", hold.Quality, dc.preds[idx].Quality, dc.ratio(dc.preds[idx]))
 	return next, d
 }
 
@@ -515,7 +603,7 @@ func (t Targets) String() string {
 }
 
 // ParseParams reads constants over the defaults, e.g.
-// "margin=0.1,band=0.3,dwell=1,min_gain=0.001,steps=0.1/0.2,max_step=0.2,min_window=20"
+// "margin=0.1,band=0.3,dwell=1,persist=2,rise=0.5,min_gain=0.001,steps=0.1/0.2,max_step=0.2,min_window=20"
 // (keys once each); the result is validated.
 func ParseParams(s string) (Params, error) {
 	p := DefaultParams()
@@ -562,6 +650,10 @@ func ParseParams(s string) (Params, error) {
 			err = num(&p.MaxStep)
 		case "dwell":
 			err = integer(&p.Dwell)
+		case "persist":
+			err = integer(&p.Persist)
+		case "rise":
+			err = num(&p.Rise)
 		case "min_window":
 			err = integer(&p.MinWindow)
 		case "confirm":
@@ -579,7 +671,7 @@ func ParseParams(s string) (Params, error) {
 				p.Steps = append(p.Steps, f)
 			}
 		default:
-			return Params{}, fmt.Errorf("unknown constant %q (want margin, band, dwell, min_gain, steps, max_step, min_window)", k)
+			return Params{}, fmt.Errorf("unknown constant %q (want margin, band, dwell, persist, rise, min_gain, steps, max_step, min_window, confirm)", k)
 		}
 		if err != nil {
 			return Params{}, err

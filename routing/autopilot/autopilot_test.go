@@ -16,10 +16,11 @@ var (
 
 // testParams are the constants the table cases were written for (looser
 // than the defaults chosen on validation, so each rule is reachable with
-// round numbers).
+// round numbers; a miss falls back at once, no feed-forward).
 func testParams() Params {
 	p := DefaultParams()
 	p.Margin, p.Band = 0.15, 0.25
+	p.Persist, p.Rise = 1, 0 // the feed-forward rules have their own test
 	return p
 }
 
@@ -187,6 +188,55 @@ func TestDecide(t *testing.T) {
 				t.Fatal("no reason given")
 			}
 		})
+	}
+}
+
+// TestDecideFeedForward: with Persist 2 a single observed miss holds and
+// the second in a row falls back; a rising arrival rate (RecentRate ≥
+// (1 + Rise) × Rate) falls back at the first miss, and already inside the
+// band before any miss; with Rise set, a predicted miss is acted on only
+// while the load rises.
+func TestDecideFeedForward(t *testing.T) {
+	p := testParams()
+	p.Persist, p.Rise = 2, 0.5
+	cands := Candidates(NewState(balanced), target3s, p)
+	good := predict(cands, linearP95(time.Second), linearQ)
+	missing := predict(cands, func(w routing.Weights) time.Duration { return time.Duration(float64(time.Second) * 8 * (1 - w.Latency)) }, linearQ)
+	rate := func(w Window, steady, recent float64) Window { w.Rate, w.RecentRate = steady, recent; return w }
+	miss, near_, ok := win(100, 4*time.Second), win(100, 2500*time.Millisecond), win(100, time.Second)
+	back := routing.Weights{Quality: 0.2, Cost: 0.3, Latency: 0.5}
+	settled := NewState(balanced)
+	missedOnce := settled
+	missedOnce.Misses = 1
+	for _, tc := range []struct {
+		name   string
+		s      State
+		w      Window
+		preds  []Prediction
+		action string
+		want   routing.Weights
+		misses int
+	}{
+		{"first miss at a steady rate holds", settled, rate(miss, 10, 10), good, ActionHold, balanced, 1},
+		{"second miss in a row falls back", missedOnce, rate(miss, 10, 10), good, ActionFallback, back, 2},
+		{"a met window resets the count", missedOnce, rate(ok, 10, 10), good, ActionQuality, routing.Weights{Quality: 0.6, Cost: 0.3, Latency: 0.1}, 0},
+		{"first miss on a rising load falls back", settled, rate(miss, 10, 15), good, ActionFallback, back, 1},
+		{"rising load inside the band falls back before a miss", settled, rate(near_, 10, 16), good, ActionFallback, back, 0},
+		{"steady load inside the band holds", settled, rate(near_, 10, 12), good, ActionHold, balanced, 0},
+		{"rising load with headroom is no fallback", settled, rate(ok, 10, 20), good, ActionQuality, routing.Weights{Quality: 0.6, Cost: 0.3, Latency: 0.1}, 0},
+		{"predicted miss at a steady rate: feedback rules", settled, rate(ok, 10, 10), missing, ActionHold, balanced, 0},
+		{"predicted miss on a rising load is acted on", settled, rate(ok, 10, 20), missing, ActionPredict, back, 0},
+		{"unknown rates are steady", settled, miss, good, ActionHold, balanced, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			next, d := Decide(tc.s, target3s, []Window{tc.w}, tc.preds, p)
+			if d.Action != tc.action || !near(next.Weights, tc.want) || next.Misses != tc.misses {
+				t.Fatalf("%s → %v misses %d (%s), want %s → %v misses %d", d.Action, next.Weights, next.Misses, d.Reason, tc.action, tc.want, tc.misses)
+			}
+		})
+	}
+	if !Rising([]Window{rate(ok, 10, 15)}, p) || Rising([]Window{rate(ok, 10, 15)}, testParams()) || Rising([]Window{rate(win(3, time.Second), 1, 9)}, p) {
+		t.Fatal("Rising: want true at 1.5× with Rise 0.5, false with Rise 0 and for a window under MinWindow")
 	}
 }
 

@@ -157,8 +157,9 @@ type Controller struct {
 	dropped atomic.Int64
 
 	// owned by the controller's goroutine (Step)
-	state  State
-	recent []Observation
+	started time.Time
+	state   State
+	recent  []Observation
 
 	mu        sync.Mutex // guards windows and decisions for Status
 	windows   []WindowStatus
@@ -166,7 +167,7 @@ type Controller struct {
 }
 
 func newController(cluster string, t Targets, cfg LiveConfig, now time.Time) *Controller {
-	c := &Controller{cluster: cluster, targets: t, cfg: cfg, obs: make(chan Observation, cfg.Buffer), state: NewState(cfg.Start)}
+	c := &Controller{cluster: cluster, targets: t, cfg: cfg, obs: make(chan Observation, cfg.Buffer), state: NewState(cfg.Start), started: now}
 	w := cfg.Start
 	c.weights.Store(&w)
 	c.used.Store(now.UnixNano())
@@ -211,7 +212,7 @@ func (c *Controller) Step(ctx context.Context, now time.Time, pred Predictor) De
 		}
 	}
 	c.recent = c.recent[:k]
-	win := c.window(c.recent)
+	win := c.window(c.recent, now)
 	ws := c.status(win, now)
 	cands := Candidates(c.state, c.targets, c.cfg.Params)
 	var preds []Prediction
@@ -238,13 +239,21 @@ func appendCapped[T any](s []T, v T, n int) []T {
 	return s
 }
 
-// window summarises observations (failed ones count as infinitely late).
-func (c *Controller) window(obs []Observation) Window {
+// window summarises observations (failed ones count as infinitely late)
+// and their arrival rates over the window and its last interval (arrival
+// = completion − E2E).
+func (c *Controller) window(obs []Observation, now time.Time) Window {
 	e2e := make([]float64, 0, len(obs))
 	ttft := make([]float64, 0, len(obs))
 	var cost, q float64
-	var ok int
+	var ok, arrived, recent int
 	for _, o := range obs {
+		if at := o.At.Add(-o.E2E); !at.Before(now.Add(-c.cfg.Window)) {
+			arrived++
+			if !at.Before(now.Add(-c.cfg.Interval)) {
+				recent++
+			}
+		}
 		if o.Failed {
 			e2e, ttft = append(e2e, maxDur), append(ttft, maxDur)
 			continue
@@ -255,6 +264,9 @@ func (c *Controller) window(obs []Observation) Window {
 		ok++
 	}
 	w := Window{N: len(obs), P95E2E: time.Duration(p95(e2e)), P95TTFT: time.Duration(p95(ttft))}
+	if span := min(c.cfg.Window, now.Sub(c.started)); span > 0 { // the controller may be younger than the window
+		w.Rate, w.RecentRate = float64(arrived)/span.Seconds(), float64(recent)/min(c.cfg.Interval, span).Seconds()
+	}
 	if ok > 0 {
 		w.MeanCostUSD, w.Quality = cost/float64(ok), q/float64(ok)
 	}

@@ -23,6 +23,7 @@ func observeN(c *Controller, at time.Time, n int, e2e time.Duration) {
 // for the status, old observations leave the window.
 func TestControllerStepsOnObservedWindows(t *testing.T) {
 	cfg := LiveConfig{History: 3, Window: 10 * time.Second}.WithDefaults()
+	cfg.Params.Persist = 1 // fall back at the first miss (Persist is Decide's, tested there)
 	c := newController("c1", Targets{P95E2E: 2 * time.Second}, cfg, t0)
 	start := c.Weights()
 	now := t0.Add(5 * time.Second)
@@ -182,5 +183,29 @@ func TestRegistryStartsOneControllerPerTargetSet(t *testing.T) {
 	}
 	if _, err := reg.Get(&routing.Cluster{ID: "c1"}, a); err != ErrNotRunning {
 		t.Fatalf("Get after Run: %v", err)
+	}
+}
+
+// TestWindowArrivalRates: a window's rates count arrivals (completion −
+// E2E) over the window and over its last interval, over the controller's
+// age while it is younger than the window.
+func TestWindowArrivalRates(t *testing.T) {
+	c := newController("c1", Targets{P95E2E: time.Second}, LiveConfig{Window: 10 * time.Second, Interval: 5 * time.Second}.WithDefaults(), t0)
+	now := t0.Add(time.Minute)
+	var obs []Observation
+	for k := range 20 { // arrived 6–9 s ago
+		obs = append(obs, Observation{At: now.Add(-5 * time.Second), E2E: time.Second + time.Duration(k)*100*time.Millisecond})
+	}
+	for range 40 { // arrived 2 s ago
+		obs = append(obs, Observation{At: now.Add(-time.Second), E2E: time.Second})
+	}
+	obs = append(obs, Observation{At: now, E2E: 30 * time.Second}) // arrived before the window
+	w := c.window(obs, now)
+	if w.N != 61 || w.Rate != 6 || w.RecentRate != 8 {
+		t.Fatalf("n %d rate %v recent %v, want 61, 6, 8", w.N, w.Rate, w.RecentRate)
+	}
+	young := newController("c1", Targets{P95E2E: time.Second}, c.cfg, now.Add(-4*time.Second))
+	if w := young.window(obs[20:60], now); w.Rate != 10 || w.RecentRate != 10 {
+		t.Fatalf("4 s old: rate %v recent %v, want 10, 10", w.Rate, w.RecentRate)
 	}
 }

@@ -133,7 +133,7 @@ func newDriver(cfg AutopilotConfig, live *CoreRouter, w *World, arm Arm) *driver
 func (d *driver) control() *Control { return &Control{Interval: d.cfg.Interval, Step: d.step} }
 
 func (d *driver) step(ctx context.Context, v *View) routing.Weights {
-	win := Feedback(v, d.cfg.Window)
+	win := Feedback(v, d.cfg.Window, d.cfg.Interval)
 	cands := autopilot.Candidates(d.state, d.cfg.Targets, d.cfg.Params)
 	var preds []autopilot.Prediction
 	t0 := time.Now()
@@ -184,9 +184,11 @@ func predRatio(t autopilot.Targets, e2e, ttft time.Duration) float64 {
 // width: the larger of (a) the percentiles of the requests that completed
 // in it and (b) a lower bound over the requests that arrived in it, where
 // a request still in flight counts with its age so far (an overloaded
-// window shows before its requests complete).
-func Feedback(v *View, width time.Duration) autopilot.Window {
+// window shows before its requests complete); and the arrival rates over
+// width and over its last interval.
+func Feedback(v *View, width, interval time.Duration) autopilot.Window {
 	from := v.Now - width
+	var arrived, recent int
 	var (
 		doneE2E, doneTTFT, arrE2E, arrTTFT []float64
 		cost                               float64
@@ -195,6 +197,12 @@ func Feedback(v *View, width time.Duration) autopilot.Window {
 		nq                                 int
 	)
 	v.Each(func(j *JobView) {
+		if j.Arrival >= from {
+			arrived++
+		}
+		if j.Arrival >= v.Now-interval {
+			recent++
+		}
 		if j.Done {
 			r := j.Record
 			e2e, ttft := float64(r.E2E), float64(r.TTFT)
@@ -245,6 +253,9 @@ func Feedback(v *View, width time.Duration) autopilot.Window {
 		return metrics.Percentile(x, 95)
 	}
 	w := autopilot.Window{N: max(len(doneE2E), len(arrE2E))}
+	if span := min(width, v.Now); span > 0 && interval > 0 { // the run may be younger than the window
+		w.Rate, w.RecentRate = float64(arrived)/span.Seconds(), float64(recent)/min(interval, span).Seconds()
+	}
 	w.P95E2E = dur(math.Max(p95(doneE2E), p95(arrE2E)))
 	w.P95TTFT = dur(math.Max(p95(doneTTFT), p95(arrTTFT)))
 	if nCost > 0 {
