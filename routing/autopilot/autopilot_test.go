@@ -201,7 +201,9 @@ func TestDecideFeedForward(t *testing.T) {
 	p.Persist, p.Rise = 2, 0.5
 	cands := Candidates(NewState(balanced), target3s, p)
 	good := predict(cands, linearP95(time.Second), linearQ)
-	missing := predict(cands, func(w routing.Weights) time.Duration { return time.Duration(float64(time.Second) * 8 * (1 - w.Latency)) }, linearQ)
+	missing := predict(cands, func(w routing.Weights) time.Duration {
+		return time.Duration(float64(time.Second) * 8 * (1 - w.Latency))
+	}, linearQ)
 	rate := func(w Window, steady, recent float64) Window { w.Rate, w.RecentRate = steady, recent; return w }
 	miss, near_, ok := win(100, 4*time.Second), win(100, 2500*time.Millisecond), win(100, time.Second)
 	back := routing.Weights{Quality: 0.2, Cost: 0.3, Latency: 0.5}
