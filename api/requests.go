@@ -158,6 +158,17 @@ func fillPreset(r *billing.RequestRow) {
 
 func fnum(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
+// csvText defuses a text cell for spreadsheets: one that starts with
+// = + - @ tab or CR would be run as a formula when the file is opened
+// (key names, model names and client-chosen request ids are tenant
+// input), so it gets a leading apostrophe, which spreadsheets show as text.
+func csvText(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
+
 // requestsCSV answers GET /api/v1/requests.csv with the same filters as
 // /requests (cursor and limit ignored): every matching request, newest
 // first, up to maxCSVRequests rows.
@@ -189,11 +200,12 @@ func (s *Server) requestsCSV(c *fiber.Ctx) error {
 			if r.Weights != nil {
 				wq, wc, wl = fnum(r.Weights.Quality), fnum(r.Weights.Cost), fnum(r.Weights.Latency)
 			}
-			_ = w.Write([]string{r.ID, r.StartedAt.Format(time.RFC3339Nano), r.FinishedAt.Format(time.RFC3339Nano),
-				r.KeyID, names[r.KeyID], r.ClusterID, r.Model, r.InstanceID, r.Policy, r.Status, strconv.Itoa(r.HTTPStatus),
+			_ = w.Write([]string{csvText(r.ID), r.StartedAt.Format(time.RFC3339Nano), r.FinishedAt.Format(time.RFC3339Nano),
+				csvText(r.KeyID), csvText(names[r.KeyID]), csvText(r.ClusterID), csvText(r.Model), csvText(r.InstanceID),
+				csvText(r.Policy), r.Status, strconv.Itoa(r.HTTPStatus),
 				strconv.FormatInt(r.PromptTokens, 10), strconv.FormatInt(r.OutputTokens, 10), fnum(r.TTFTMs), fnum(r.E2EMs),
-				fnum(r.CostUSD), fnum(r.BilledUSD), fnum(r.PredictedQuality), fnum(r.PredictedE2EMs), r.Preset,
-				wq, wc, wl, strings.Join(r.Relaxed, " "), strconv.Itoa(r.Attempts)})
+				fnum(r.CostUSD), fnum(r.BilledUSD), fnum(r.PredictedQuality), fnum(r.PredictedE2EMs), csvText(r.Preset),
+				wq, wc, wl, csvText(strings.Join(r.Relaxed, " ")), strconv.Itoa(r.Attempts)})
 			n++
 			if n >= maxCSVRequests {
 				break
@@ -248,9 +260,9 @@ func (s *Server) usageCSV(c *fiber.Ctx) error {
 	w := csv.NewWriter(&buf)
 	_ = w.Write(header)
 	row := func(label string, r billing.UsageRow) {
-		rec := []string{label}
+		rec := []string{csvText(label)}
 		if names != nil {
-			rec = append(rec, names[r.Group])
+			rec = append(rec, csvText(names[r.Group]))
 		}
 		rec = append(rec, strconv.FormatInt(r.Requests, 10), strconv.FormatInt(r.PromptTokens, 10),
 			strconv.FormatInt(r.OutputTokens, 10), strconv.FormatInt(r.Tokens, 10), fnum(r.CostUSD), fnum(r.BilledUSD),

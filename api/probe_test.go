@@ -1,0 +1,115 @@
+package api
+
+// Defects found by the black-box probe of a built binary, each pinned by a
+// test over a real loopback listener (the service as a client sees it).
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/billing/pgstore"
+	"github.com/routebalance/routebalance/billing/sqlitestore"
+	"github.com/routebalance/routebalance/migrations/dbtest"
+)
+
+// serveLoopback serves e's app on a loopback port until the test ends and
+// returns its base URL.
+func serveLoopback(t *testing.T, e *testEnv) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = e.app.Listener(ln) }()
+	t.Cleanup(func() { _ = e.app.ShutdownWithTimeout(5 * time.Second) })
+	return "http://" + ln.Addr().String()
+}
+
+// httpDo sends one request over the network and decodes a JSON answer.
+func httpDo(t *testing.T, method, url, token string, body any) resp {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		j, _ := json.Marshal(body)
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := resp{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	if len(raw) > 0 {
+		json.Unmarshal(raw, &r.body) //nolint:errcheck // non-JSON answers are checked via raw
+	}
+	return r
+}
+
+// TestProbeCSVCellsAreNotFormulas: a key named "=HYPERLINK(…)" (or a model,
+// request id … starting with + - @) came out of usage.csv and requests.csv
+// as a live spreadsheet formula. Text cells must be defused.
+func TestProbeCSVCellsAreNotFormulas(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
+		var st ledgerStore
+		if db.Pool != nil {
+			st = pgstore.New(db.Pool)
+		} else {
+			st = sqlitestore.New(db.SQLite)
+		}
+		e := newEnv(t, db, true, func(d *Deps) { d.Usage, d.Requests = st, st })
+		base := serveLoopback(t, e)
+		tid, tok := signupTok(e, "csv-probe@example.com")
+		evil := `=HYPERLINK("http://evil.example","x")`
+		r := httpDo(t, "POST", base+"/api/v1/keys", tok, map[string]any{"name": evil})
+		if r.status != 201 {
+			t.Fatalf("key: %d %s", r.status, r.raw)
+		}
+		at := time.Now().UTC().Add(-time.Minute).Truncate(time.Second)
+		ev := billing.UsageEvent{RequestID: "@SUM(1+1)", TenantID: tid, KeyID: r.str("id"), Model: "+cmd|calc", InstanceID: "-inst",
+			Policy: "routebalance", PromptTokens: 3, OutputTokens: 4, Status: "ok", HTTPStatus: 200, StartedAt: at, FinishedAt: at,
+			Preset: "balanced"}
+		if _, err := st.Insert(context.Background(), []billing.UsageEvent{ev}); err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range []string{"/api/v1/usage.csv?group_by=key", "/api/v1/usage.csv?group_by=model",
+			"/api/v1/usage.csv?group_by=instance", "/api/v1/requests.csv"} {
+			r := httpDo(t, "GET", base+path, tok, nil)
+			recs, err := csv.NewReader(strings.NewReader(r.raw)).ReadAll()
+			if r.status != 200 || err != nil || len(recs) < 2 {
+				t.Fatalf("%s: %d %v %s", path, r.status, err, r.raw)
+			}
+			found := false
+			for _, rec := range recs {
+				for _, cell := range rec {
+					if cell != "" && strings.ContainsRune("=+-@\t\r", rune(cell[0])) {
+						t.Errorf("%s: cell %q would run as a formula", path, cell)
+					}
+					found = found || cell == "'"+evil || cell == "'+cmd|calc" || cell == "'-inst"
+				}
+			}
+			if !found {
+				t.Errorf("%s: the defused value is missing: %q", path, recs)
+			}
+		}
+	})
+}
