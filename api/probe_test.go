@@ -113,3 +113,27 @@ func TestProbeCSVCellsAreNotFormulas(t *testing.T) {
 		}
 	})
 }
+
+// TestProbeAPIResponsesAreNotCached: login, refresh and key creation answer
+// bearer tokens and API keys; every /api/v1 answer must say no-store (and
+// nosniff) so no browser or proxy cache keeps them.
+func TestProbeAPIResponsesAreNotCached(t *testing.T) {
+	e := newEnv(t, dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)}, false, nil)
+	base := serveLoopback(t, e)
+	r := httpDo(t, "POST", base+"/api/v1/signup", "", map[string]any{"email": "cache@example.com", "password": "correct-horse-42", "name": "C"})
+	tok, refresh := r.str("access_token"), r.str("refresh_token")
+	checks := []resp{r,
+		httpDo(t, "POST", base+"/api/v1/login", "", map[string]any{"email": "cache@example.com", "password": "correct-horse-42"}),
+		httpDo(t, "POST", base+"/api/v1/refresh", "", map[string]any{"refresh_token": refresh}),
+		httpDo(t, "POST", base+"/api/v1/keys", tok, map[string]any{"name": "k"}),
+		httpDo(t, "GET", base+"/api/v1/keys", tok, nil),
+		httpDo(t, "GET", base+"/api/v1/nope", tok, nil),
+		httpDo(t, "POST", base+"/api/v1/login", "", map[string]any{"email": "cache@example.com", "password": "wrong-password-1"}),
+	}
+	for i, r := range checks {
+		if r.status == 0 || r.header.Get("Cache-Control") != "no-store" || r.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("answer %d (%d): Cache-Control %q, X-Content-Type-Options %q", i, r.status,
+				r.header.Get("Cache-Control"), r.header.Get("X-Content-Type-Options"))
+		}
+	}
+}

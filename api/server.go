@@ -182,6 +182,7 @@ func New(cfg Config, deps Deps) *Server {
 	})
 	s.ipFromHeader = s.app.Config().ProxyHeader != ""
 	s.app.Use(s.requestID, s.accessLog, s.recoverPanic, s.userContext)
+	s.app.Use("/api", apiHeaders)
 	s.app.Get("/healthz", s.healthz)
 	s.app.Get("/readyz", s.readyz)
 	if deps.Metrics != nil && deps.MetricsToken != "" {
@@ -195,6 +196,14 @@ func New(cfg Config, deps Deps) *Server {
 	s.mountInference(s.app)
 	s.mountWeb(s.app) // last: its catch-all serves the dashboard
 	return s
+}
+
+// apiHeaders marks every /api answer as not to be stored (they carry
+// bearer tokens, API keys and tenant data) nor sniffed as another type.
+func apiHeaders(c *fiber.Ctx) error {
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	return c.Next()
 }
 
 func proxyHeader(trusted []string) string {
