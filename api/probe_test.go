@@ -137,3 +137,23 @@ func TestProbeAPIResponsesAreNotCached(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeMetricsPathIsNotTheDashboard: without --metrics-token the main
+// listener has no /metrics, and a scrape got the dashboard's HTML with 200
+// (which a Prometheus scrape reports as a parse error, not a missing
+// target). It must be a 404 in the error envelope.
+func TestProbeMetricsPathIsNotTheDashboard(t *testing.T) {
+	e := newEnv(t, dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)}, false, nil)
+	base := serveLoopback(t, e)
+	for _, p := range []string{"/metrics", "/metrics/"} {
+		r := httpDo(t, "GET", base+p, "", nil)
+		if r.status != http.StatusNotFound || strings.Contains(r.raw, "<html") {
+			t.Errorf("GET %s: %d %s %.80s", p, r.status, r.header.Get("Content-Type"), r.raw)
+			continue
+		}
+		r.envelope(t)
+	}
+	if r := httpDo(t, "GET", base+"/clusters", "", nil); r.status != 200 || !strings.Contains(r.raw, "<html") {
+		t.Errorf("a dashboard deep link: %d %.80s", r.status, r.raw)
+	}
+}

@@ -78,8 +78,9 @@ func newWebAssets(fsys fs.FS) (*webAssets, error) {
 // route took. It must be mounted last. It is middleware (app.Use), not a
 // route, so fiber still answers 405 for a known path with the wrong method
 // and 404 for unknown paths of other methods. Paths under /api/ and /v1/
-// are never answered with the dashboard: they fall through to the app's
-// 404 handling.
+// are never answered with the dashboard, nor is /metrics (absent from the
+// main listener without a metrics token: a scrape must see a 404, not
+// HTML): they fall through to the app's 404 handling.
 func (s *Server) mountWeb(app *fiber.App) {
 	assets, err := newWebAssets(web.Assets())
 	if err != nil {
@@ -108,7 +109,8 @@ func (w *webAssets) serve(c *fiber.Ctx) error {
 	if m := c.Method(); m != fiber.MethodGet && m != fiber.MethodHead {
 		return c.Next()
 	}
-	if p == "/api" || p == "/v1" || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/v1/") {
+	if p == "/api" || p == "/v1" || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/v1/") ||
+		p == "/metrics" || p == "/metrics/" {
 		return c.Next()
 	}
 	clean := path.Clean("/" + p)
