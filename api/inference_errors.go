@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -91,9 +93,8 @@ func routeFailure(err error, retryAfter time.Duration, x *exchange) (failure, bo
 	switch {
 	case errors.Is(err, routing.ErrUnknownModel):
 		msg := err.Error()
-		if x != nil {
-			models := append(servedModels(x.cluster), "auto")
-			msg = fmt.Sprintf("The model `%s` does not exist in this cluster; available: %s", x.body.model, strings.Join(models, ", "))
+		if x != nil && x.cluster != nil {
+			msg = unknownModelMessage(x)
 		}
 		return failure{status: http.StatusNotFound, typ: typeInvalidRequest, code: errCodeModelNotFound, param: "model", msg: msg}, true
 	case errors.Is(err, routing.ErrNoHealthyInstance):
@@ -110,6 +111,27 @@ func routeFailure(err error, retryAfter time.Duration, x *exchange) (failure, bo
 		return failure{status: statusClientClosed, typ: typeInvalidRequest, code: "client_closed", msg: "the client closed the request"}, true
 	}
 	return failure{}, false
+}
+
+// unknownModelMessage names what the request's endpoint can serve: the
+// embedding models for /v1/embeddings, the chat models otherwise (the
+// scheduler never routes across kinds).
+func unknownModelMessage(x *exchange) string {
+	kind := routing.KindChat
+	if strings.HasSuffix(x.c.Path(), "/embeddings") {
+		kind = routing.KindEmbedding
+	}
+	var models []string
+	for _, in := range x.cluster.Instances {
+		if !in.Disabled && in.Kind.Embedding() == kind.Embedding() && !slices.Contains(models, in.Model) {
+			models = append(models, in.Model)
+		}
+	}
+	if len(models) == 0 {
+		return fmt.Sprintf("The model `%s` cannot be served: this cluster has no %s instance enabled (an instance's kind is set when it is registered)", x.body.model, kind)
+	}
+	sort.Strings(models)
+	return fmt.Sprintf("The model `%s` does not exist in this cluster; available: %s, auto", x.body.model, strings.Join(models, ", "))
 }
 
 // upstreamFailure relays an upstream error answer: client errors (4xx)

@@ -19,6 +19,8 @@ import (
 	"github.com/routebalance/routebalance/billing/pgstore"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
 	"github.com/routebalance/routebalance/migrations/dbtest"
+	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/tenants"
 )
 
 // serveLoopback serves e's app on a loopback port until the test ends and
@@ -155,5 +157,34 @@ func TestProbeMetricsPathIsNotTheDashboard(t *testing.T) {
 	}
 	if r := httpDo(t, "GET", base+"/clusters", "", nil); r.status != 200 || !strings.Contains(r.raw, "<html") {
 		t.Errorf("a dashboard deep link: %d %.80s", r.status, r.raw)
+	}
+}
+
+// TestProbeUnknownModelListsTheRightKind: the 404 model_not_found of
+// /v1/embeddings listed the chat models as "available" (and "auto" while
+// saying auto does not exist, on a cluster without embedding instances);
+// chat listed embedding models it can never route to. Each endpoint lists
+// what it can serve.
+func TestProbeUnknownModelListsTheRightKind(t *testing.T) {
+	emb := inst("e1", "http://127.0.0.1:1", "emb-m")
+	emb.Kind = routing.KindEmbedding
+	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("c1", "http://127.0.0.1:1", "chat-m"), emb}})
+	for _, tc := range []struct{ path, body, want, not string }{
+		{"/v1/embeddings", `{"model":"chat-m","input":"hi"}`, "available: emb-m, auto", "chat-m,"},
+		{"/v1/chat/completions", `{"model":"emb-m","messages":[{"role":"user","content":"hi"}]}`, "available: chat-m, auto", "emb-m,"},
+	} {
+		res, raw := e.post(t, tc.path, testKey, tc.body, nil)
+		env := decodeEnvelope(t, raw)
+		if res.StatusCode != http.StatusNotFound || !strings.Contains(env.Error.Message, tc.want) || strings.Contains(env.Error.Message, tc.not) {
+			t.Errorf("%s %s: %d %q, want 404 saying %q", tc.path, tc.body, res.StatusCode, env.Error.Message, tc.want)
+		}
+	}
+
+	e = newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("c1", "http://127.0.0.1:1", "chat-m")}})
+	res, raw := e.post(t, "/v1/embeddings", testKey, `{"model":"auto","input":"hi"}`, nil)
+	env := decodeEnvelope(t, raw)
+	if res.StatusCode != http.StatusNotFound || env.Error.Code == nil || *env.Error.Code != errCodeModelNotFound ||
+		!strings.Contains(env.Error.Message, "no embedding instance") || strings.Contains(env.Error.Message, "available") {
+		t.Errorf("embeddings auto without embedding instances: %d %s", res.StatusCode, raw)
 	}
 }
