@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/routebalance/routebalance/billing"
-	"github.com/routebalance/routebalance/billing/pgstore"
-	"github.com/routebalance/routebalance/billing/sqlitestore"
 	"github.com/routebalance/routebalance/migrations/dbtest"
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/tenants"
@@ -72,12 +70,7 @@ func httpDo(t *testing.T, method, url, token string, body any) resp {
 // as a live spreadsheet formula. Text cells must be defused.
 func TestProbeCSVCellsAreNotFormulas(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
-		var st ledgerStore
-		if db.Pool != nil {
-			st = pgstore.New(db.Pool)
-		} else {
-			st = sqlitestore.New(db.SQLite)
-		}
+		st := ledgerFor(db)
 		e := newEnv(t, db, true, func(d *Deps) { d.Usage, d.Requests = st, st })
 		base := serveLoopback(t, e)
 		tid, tok := signupTok(e, "csv-probe@example.com")

@@ -22,17 +22,20 @@ type ledgerStore interface {
 	RequestReader
 }
 
+// ledgerFor is the billing store of the engine's database.
+func ledgerFor(db dbtest.Engine) ledgerStore {
+	if db.Pool != nil {
+		return pgstore.New(db.Pool)
+	}
+	return sqlitestore.New(db.SQLite)
+}
+
 // TestRequestLogAPI checks GET /api/v1/requests (tenant scope, filters,
 // cursor paging, key names), its CSV twin and /usage.csv on both engines,
 // with sessions from the real tenants service.
 func TestRequestLogAPI(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
-		var st ledgerStore
-		if db.Pool != nil {
-			st = pgstore.New(db.Pool)
-		} else {
-			st = sqlitestore.New(db.SQLite)
-		}
+		st := ledgerFor(db)
 		e := newEnv(t, db, true, func(d *Deps) { d.Usage, d.Requests = st, st })
 		tidA, tokA := signupTok(e, "log-a@example.com")
 		tidB, tokB := signupTok(e, "log-b@example.com")
