@@ -544,6 +544,9 @@ func (h *inference) models(c *fiber.Ctx) error {
 	if p == nil {
 		return err
 	}
+	if _, ok := p.RoutingCluster(); !ok { // nothing, not even auto, is served
+		return sendError(c, http.StatusBadRequest, typeInvalidRequest, "no_cluster", "", p.NoClusterReason())
+	}
 	return c.JSON(fiber.Map{"object": "list", "data": modelCards(p)})
 }
 
@@ -554,6 +557,9 @@ func (h *inference) model(c *fiber.Ctx) error {
 	p, err := h.authenticate(c.UserContext(), c)
 	if p == nil {
 		return err
+	}
+	if _, ok := p.RoutingCluster(); !ok {
+		return sendError(c, http.StatusBadRequest, typeInvalidRequest, "no_cluster", "", p.NoClusterReason())
 	}
 	id := strings.Clone(c.Params("+"))
 	for _, m := range modelCards(p) {

@@ -8,12 +8,16 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/migrations/dbtest"
@@ -179,5 +183,38 @@ func TestProbeUnknownModelListsTheRightKind(t *testing.T) {
 	if res.StatusCode != http.StatusNotFound || env.Error.Code == nil || *env.Error.Code != errCodeModelNotFound ||
 		!strings.Contains(env.Error.Message, "no embedding instance") || strings.Contains(env.Error.Message, "available") {
 		t.Errorf("embeddings auto without embedding instances: %d %s", res.StatusCode, raw)
+	}
+}
+
+// TestProbeModelsWithoutACluster: a key whose tenant has no cluster, or
+// several and none chosen, listed "auto" (created 0) on /v1/models while
+// every request with it is refused 400 no_cluster. The list says the same.
+func TestProbeModelsWithoutACluster(t *testing.T) {
+	e := newLimEnv(t, dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)})
+	r := e.do("POST", "/api/v1/keys", e.tok, map[string]any{"name": "loose"})
+	kid, secret := r.str("id"), r.str("key")
+	client := openai.NewClient(option.WithBaseURL(e.url+"/v1/"), option.WithAPIKey(secret), option.WithMaxRetries(0))
+	noCluster := func(what string, err error) {
+		t.Helper()
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Code != "no_cluster" {
+			t.Errorf("%s: %v, want 400 no_cluster", what, err)
+		}
+	}
+	_, err := client.Models.List(context.Background())
+	noCluster("no cluster: list", err)
+	a := e.cluster("a", "http://127.0.0.1:1")
+	e.cluster("b", "http://127.0.0.1:1")
+	_, err = client.Models.List(context.Background())
+	noCluster("two clusters: list", err)
+	_, err = client.Models.Get(context.Background(), "auto")
+	noCluster("two clusters: get auto", err)
+
+	if r := e.do("PATCH", "/api/v1/keys/"+kid, e.tok, map[string]any{"cluster_id": a}); r.status != 200 {
+		t.Fatalf("bind: %d %s", r.status, r.raw)
+	}
+	page, err := client.Models.List(context.Background())
+	if err != nil || len(page.Data) != 2 || page.Data[0].ID != "auto" || page.Data[1].ID != "qwen-7b" || page.Data[0].Created == 0 {
+		t.Fatalf("bound key: %+v %v", page, err)
 	}
 }
