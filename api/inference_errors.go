@@ -114,16 +114,22 @@ func routeFailure(err error, retryAfter time.Duration, x *exchange) (failure, bo
 }
 
 // unknownModelMessage names what the request's endpoint can serve: the
-// embedding models for /v1/embeddings, the chat models otherwise (the
-// scheduler never routes across kinds).
+// embedding models and auto for /v1/embeddings, every model but not auto
+// for /tokenize and /detokenize (passed to any instance of the named
+// model), the chat models and auto otherwise (the scheduler never routes
+// across kinds).
 func unknownModelMessage(x *exchange) string {
-	kind := routing.KindChat
-	if strings.HasSuffix(x.c.Path(), "/embeddings") {
+	path := x.c.Path()
+	kind, anyKind, auto := routing.KindChat, false, ", auto"
+	switch {
+	case strings.HasSuffix(path, "/embeddings"):
 		kind = routing.KindEmbedding
+	case strings.HasSuffix(path, "tokenize"):
+		anyKind, auto = true, ""
 	}
 	var models []string
 	for _, in := range x.cluster.Instances {
-		if !in.Disabled && in.Kind.Embedding() == kind.Embedding() && !slices.Contains(models, in.Model) {
+		if !in.Disabled && (anyKind || in.Kind.Embedding() == kind.Embedding()) && !slices.Contains(models, in.Model) {
 			models = append(models, in.Model)
 		}
 	}
@@ -131,7 +137,7 @@ func unknownModelMessage(x *exchange) string {
 		return fmt.Sprintf("The model `%s` cannot be served: this cluster has no %s instance enabled (an instance's kind is set when it is registered)", x.body.model, kind)
 	}
 	sort.Strings(models)
-	return fmt.Sprintf("The model `%s` does not exist in this cluster; available: %s, auto", x.body.model, strings.Join(models, ", "))
+	return fmt.Sprintf("The model `%s` does not exist in this cluster; available: %s%s", x.body.model, strings.Join(models, ", "), auto)
 }
 
 // upstreamFailure relays an upstream error answer: client errors (4xx)

@@ -169,6 +169,8 @@ func TestProbeUnknownModelListsTheRightKind(t *testing.T) {
 	for _, tc := range []struct{ path, body, want, not string }{
 		{"/v1/embeddings", `{"model":"chat-m","input":"hi"}`, "available: emb-m, auto", "chat-m,"},
 		{"/v1/chat/completions", `{"model":"emb-m","messages":[{"role":"user","content":"hi"}]}`, "available: chat-m, auto", "emb-m,"},
+		// tokenize passes to any instance of the named model, and refuses auto
+		{"/tokenize", `{"model":"nope","prompt":"hi"}`, "available: chat-m, emb-m", "auto"},
 	} {
 		res, raw := e.post(t, tc.path, testKey, tc.body, nil)
 		env := decodeEnvelope(t, raw)
