@@ -131,7 +131,25 @@ func (s *Server) fiberError(c *fiber.Ctx, e *fiber.Error) error {
 	if e.Code >= 500 {
 		typ = typeServer
 	}
-	return sendError(c, e.Code, typ, "", "", e.Message)
+	return sendError(c, e.Code, typ, "", "", withoutRequestEcho(e.Message))
+}
+
+// withoutRequestEcho shortens fasthttp's "error when reading request …"
+// messages to what is wrong: they quote the raw request (its Authorization
+// header, and whatever a proxy in front added), which is never answered.
+func withoutRequestEcho(msg string) string {
+	rest, ok := strings.CutPrefix(msg, "error when reading request ")
+	if !ok {
+		return msg
+	}
+	if i := strings.IndexAny(rest, "\""); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.Index(rest, ". Buffer size="); i >= 0 {
+		rest = rest[:i]
+	}
+	rest = strings.TrimSuffix(strings.TrimSpace(rest), " in")
+	return "malformed HTTP request " + strings.TrimSuffix(rest, ".")
 }
 
 // pathHasRoute reports whether a route other than a bare catch-all ("/*")

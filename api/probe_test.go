@@ -4,11 +4,13 @@ package api
 // test over a real loopback listener (the service as a client sees it).
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -219,4 +221,69 @@ func TestProbeModelsWithoutACluster(t *testing.T) {
 	if err != nil || len(page.Data) != 2 || page.Data[0].ID != "auto" || page.Data[1].ID != "qwen-7b" || page.Data[0].Created == 0 {
 		t.Fatalf("bound key: %+v %v", page, err)
 	}
+}
+
+// TestProbeMalformedRequestIsNotEchoed: a request fasthttp cannot parse
+// (here a bad Content-Length) was answered with fasthttp's error text,
+// which quotes the raw request — its Authorization header and whatever a
+// proxy in front added included. The 400 must say what is wrong without
+// echoing the request.
+func TestProbeMalformedRequestIsNotEchoed(t *testing.T) {
+	e := newEnv(t, dbtest.Engine{Name: "sqlite", SQLite: dbtest.SQLite(t)}, false, nil)
+	base := serveLoopback(t, e)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer rb_secret_probe\r\n"+
+		"X-Internal-Auth: proxy-secret\r\nContent-Length: abc\r\n\r\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := resp{status: res.StatusCode, raw: string(raw)}
+	json.Unmarshal(raw, &r.body) //nolint:errcheck // checked by envelope
+	if r.status != http.StatusBadRequest || strings.Contains(r.raw, "secret") || strings.Contains(r.raw, "Host: x") {
+		t.Fatalf("%d %s", r.status, r.raw)
+	}
+	if _, msg := r.envelope(t); !strings.Contains(msg, "Content-Length") {
+		t.Errorf("message %q does not say what is malformed", msg)
+	}
+}
+
+func TestWithoutRequestEcho(t *testing.T) {
+	for in, want := range map[string]string{
+		`error when reading request headers: cannot find http request method in "GARBAGE\r\n\r\n". Buffer size=11, contents: "GARBAGE\r\n\r\n"`:                        "malformed HTTP request headers: cannot find http request method",
+		`error when reading request headers: cannot parse Content-Length: unexpected first char found. Expecting 0-9. Buffer size=68, contents: "POST / HTTP/1.1\r\n"`: "malformed HTTP request headers: cannot parse Content-Length: unexpected first char found. Expecting 0-9",
+		`error when reading request body: unexpected EOF`: "malformed HTTP request body: unexpected EOF",
+		`Bad Request`: "Bad Request",
+	} {
+		if got := withoutRequestEcho(in); got != want {
+			t.Errorf("withoutRequestEcho(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzWithoutRequestEcho: whatever fasthttp quotes after the reason never
+// reaches the answer.
+func FuzzWithoutRequestEcho(f *testing.F) {
+	f.Add("cannot parse Content-Length", "POST / HTTP/1.1\r\nAuthorization: Bearer x\r\n")
+	f.Add("cannot find http request method in ", "GARBAGE")
+	f.Fuzz(func(t *testing.T, reason, raw string) {
+		if strings.ContainsAny(reason, `"`) || raw == "" {
+			return
+		}
+		msg := fmt.Sprintf("error when reading request headers: %s. Buffer size=%d, contents: %q", reason, len(raw), raw)
+		got := withoutRequestEcho(msg)
+		if strings.Contains(got, "Buffer size") || strings.Contains(got, `"`) || (len(raw) > 8 && strings.Contains(got, fmt.Sprintf("%q", raw))) {
+			t.Fatalf("%q echoes the request: %q", msg, got)
+		}
+	})
 }
