@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -284,6 +285,39 @@ func FuzzWithoutRequestEcho(f *testing.F) {
 		got := withoutRequestEcho(msg)
 		if strings.Contains(got, "Buffer size") || strings.Contains(got, `"`) || (len(raw) > 8 && strings.Contains(got, fmt.Sprintf("%q", raw))) {
 			t.Fatalf("%q echoes the request: %q", msg, got)
+		}
+	})
+}
+
+// TestProbeRequestFiltersRefuseBadText: a NUL byte or invalid UTF-8 in the
+// request log's model/key_id filters or in a forged cursor reached
+// Postgres, which refused it: 502 billing_backend_error and an ERROR log
+// for a client's typo. They are 400 with the parameter named.
+func TestProbeRequestFiltersRefuseBadText(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
+		st := ledgerFor(db)
+		e := newEnv(t, db, true, func(d *Deps) { d.Usage, d.Requests = st, st })
+		base := serveLoopback(t, e)
+		_, tok := signupTok(e, "filters@example.com")
+		nulCursor := base64.RawURLEncoding.EncodeToString([]byte("2026-12-01T15:12:03.999171Z|a\x00b"))
+		for _, tc := range []struct{ query, param string }{
+			{"model=a%00b", "model"}, {"model=%ff%fe", "model"}, {"key_id=k%00", "key_id"},
+			{"key_id=" + strings.Repeat("k", 300), "key_id"}, {"cursor=" + nulCursor, "cursor"},
+		} {
+			for _, path := range []string{"/api/v1/requests?", "/api/v1/requests.csv?"} {
+				r := httpDo(t, "GET", base+path+tc.query, tok, nil)
+				if r.status != http.StatusBadRequest {
+					t.Errorf("%s%.40s: %d %s", path, tc.query, r.status, r.raw)
+					continue
+				}
+				r.envelope(t)
+				if p, _ := r.body["error"].(map[string]any)["param"].(string); p != tc.param {
+					t.Errorf("%s%.40s: param %q, want %q", path, tc.query, p, tc.param)
+				}
+			}
+		}
+		if r := httpDo(t, "GET", base+"/api/v1/requests?model=qwen%2F7b%20%C3%A9", tok, nil); r.status != 200 {
+			t.Errorf("a plain unicode model filter: %d %s", r.status, r.raw)
 		}
 	})
 }

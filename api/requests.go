@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -75,6 +76,12 @@ func (s *Server) requestQuery(c *fiber.Ctx, tenant string) (billing.RequestQuery
 		}
 		q.Limit = n
 	}
+	for _, f := range []struct{ param, v string }{{"model", q.Model}, {"key_id", q.KeyID}} {
+		if !filterText(f.v) {
+			return q, false, sendError(c, fiber.StatusBadRequest, typeInvalidRequest, "invalid_filter", f.param,
+				f.param+" must be valid UTF-8 of at most 256 bytes without control characters")
+		}
+	}
 	switch q.Status {
 	case "", "ok", "error", "cancelled", "budget":
 	default:
@@ -82,12 +89,28 @@ func (s *Server) requestQuery(c *fiber.Ctx, tenant string) (billing.RequestQuery
 			"status must be one of ok, error, cancelled, budget")
 	}
 	if q.Cursor != "" {
-		if _, _, err := billing.DecodeCursor(q.Cursor); err != nil {
+		if _, id, err := billing.DecodeCursor(q.Cursor); err != nil || !filterText(id) {
 			return q, false, sendError(c, fiber.StatusBadRequest, typeInvalidRequest, "invalid_cursor", "cursor",
 				"cursor must be a next_cursor this endpoint returned")
 		}
 	}
 	return q, true, nil
+}
+
+// filterText reports whether a request-log filter can be compared with
+// stored text on every engine: Postgres refuses NUL and invalid UTF-8
+// outright (a 5xx for a client's typo), and no stored model name or key id
+// is longer than 256 bytes or holds a control character.
+func filterText(v string) bool {
+	if len(v) > 256 || !utf8.ValidString(v) {
+		return false
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // keyNames maps the tenant's key ids (revoked ones too) to their names.
