@@ -321,3 +321,35 @@ func TestProbeRequestFiltersRefuseBadText(t *testing.T) {
 		}
 	})
 }
+
+// TestProbeClusterRefWithNUL: a cluster_id (key) or default_cluster_id
+// (settings) holding a NUL byte went to Postgres as is: 500
+// internal_error. It is the same 400 as any id that names no cluster.
+func TestProbeClusterRefWithNUL(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
+		e := newEnv(t, db, false, nil)
+		base := serveLoopback(t, e)
+		_, tok := signupTok(e, "nul-ref@example.com")
+		r := httpDo(t, "POST", base+"/api/v1/keys", tok, map[string]any{"name": "k"})
+		kid := r.str("id")
+		for _, tc := range []struct {
+			method, path, param string
+			body                map[string]any
+		}{
+			{"POST", "/api/v1/keys", "cluster_id", map[string]any{"name": "k2", "cluster_id": "c\x00"}},
+			{"PATCH", "/api/v1/keys/" + kid, "cluster_id", map[string]any{"cluster_id": "c\x00"}},
+			{"PATCH", "/api/v1/settings", "default_cluster_id", map[string]any{"default_cluster_id": "c\x00"}},
+			{"PUT", "/api/v1/settings", "default_cluster_id", map[string]any{"preset": "balanced", "default_cluster_id": "\x00"}},
+		} {
+			r := httpDo(t, tc.method, base+tc.path, tok, tc.body)
+			if r.status != http.StatusBadRequest {
+				t.Errorf("%s %s: %d %s", tc.method, tc.path, r.status, r.raw)
+				continue
+			}
+			r.envelope(t)
+			if p, _ := r.body["error"].(map[string]any)["param"].(string); p != tc.param {
+				t.Errorf("%s %s: param %q, want %q", tc.method, tc.path, p, tc.param)
+			}
+		}
+	})
+}

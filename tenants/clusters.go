@@ -2,9 +2,11 @@ package tenants
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/routebalance/routebalance/routing"
 )
@@ -71,6 +73,23 @@ func (s *Service) Clusters(ctx context.Context, tenantID string) ([]Cluster, err
 // Cluster returns one of a tenant's clusters.
 func (s *Service) Cluster(ctx context.Context, tenantID, id string) (Cluster, error) {
 	return s.store.Cluster(ctx, tenantID, id)
+}
+
+// checkClusterRef checks that id (the value of field) names one of the
+// tenant's clusters: a field error "no such cluster" otherwise, also for
+// an id no cluster can have (a NUL or invalid UTF-8, which Postgres
+// refuses outright instead of finding nothing).
+func (s *Service) checkClusterRef(ctx context.Context, tenantID, field, id string) error {
+	if len(id) > 256 || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
+		return fieldErr(field, "no such cluster")
+	}
+	if _, err := s.store.Cluster(ctx, tenantID, id); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return fieldErr(field, "no such cluster")
+		}
+		return err
+	}
+	return nil
 }
 
 // ClusterPatch is the body of PATCH /api/v1/clusters/{id}.

@@ -2,7 +2,6 @@ package tenants
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/routebalance/routebalance/routing"
@@ -24,10 +23,7 @@ func (s *Service) CreateKey(ctx context.Context, tenantID string, in KeyInput) (
 		return Key{}, "", err
 	}
 	if in.ClusterID != "" {
-		if _, err := s.store.Cluster(ctx, tenantID, in.ClusterID); err != nil {
-			if errors.Is(err, ErrNotFound) {
-				return Key{}, "", fieldErr("cluster_id", "no such cluster")
-			}
+		if err := s.checkClusterRef(ctx, tenantID, "cluster_id", in.ClusterID); err != nil {
 			return Key{}, "", err
 		}
 	}
@@ -90,10 +86,7 @@ func (s *Service) UpdateKey(ctx context.Context, tenantID, id string, p KeyPatch
 	}
 	if p.ClusterID != nil {
 		if *p.ClusterID != "" {
-			if _, err := s.store.Cluster(ctx, tenantID, *p.ClusterID); err != nil {
-				if errors.Is(err, ErrNotFound) {
-					return Key{}, fieldErr("cluster_id", "no such cluster")
-				}
+			if err := s.checkClusterRef(ctx, tenantID, "cluster_id", *p.ClusterID); err != nil {
 				return Key{}, err
 			}
 		}

@@ -2,7 +2,6 @@ package tenants
 
 import (
 	"context"
-	"errors"
 	"math"
 	"strings"
 
@@ -104,10 +103,7 @@ func (s *Service) PutSettings(ctx context.Context, tenantID string, in SettingsI
 		return Settings{}, err
 	}
 	if in.DefaultClusterID != "" {
-		if _, err := s.store.Cluster(ctx, tenantID, in.DefaultClusterID); err != nil {
-			if errors.Is(err, ErrNotFound) {
-				return Settings{}, fieldErr("default_cluster_id", "no such cluster")
-			}
+		if err := s.checkClusterRef(ctx, tenantID, "default_cluster_id", in.DefaultClusterID); err != nil {
 			return Settings{}, err
 		}
 	}
