@@ -21,6 +21,7 @@ type servedRequest struct {
 	model     string
 	prompt    string
 	memo      uint64 // the decision's estimate handle (Decision.EstimateMemo)
+	scored    bool   // feedback was recorded (claim)
 }
 
 // recentRequests remembers the last n requests that reached an instance,
@@ -65,6 +66,24 @@ func (r *recentRequests) get(id string) (servedRequest, bool) {
 	return s, ok
 }
 
+// claim returns tenantID's request id for scoring, once: found is false
+// for an unknown id or another tenant's, again true for one already
+// claimed (each request's answer is one label).
+func (r *recentRequests) claim(id, tenantID string) (s servedRequest, found, again bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.byID[id]
+	if !ok || s.tenantID != tenantID {
+		return servedRequest{}, false, false
+	}
+	if s.scored {
+		return s, true, true
+	}
+	s.scored = true
+	r.byID[id] = s
+	return s, true, false
+}
+
 // remember keeps a request for feedback when a QualityObserver is wired.
 func (h *inference) remember(x *exchange, a *routing.Assignment) {
 	if h.recent == nil || x.body.prompt == "" {
@@ -87,7 +106,8 @@ func (h *inference) remember(x *exchange, a *routing.Assignment) {
 // MemoQualityObserver, with the memo of the request's decision, so the
 // estimator does not embed the prompt again while it still holds that
 // estimate. Without an observer the server answers 501; a request id that
-// is unknown, too old or another tenant's is 404.
+// is unknown, too old or another tenant's is 404; a second score for one
+// request is 409 (the first one counts).
 func (h *inference) feedback(c *fiber.Ctx) error {
 	p, err := h.authenticate(c.UserContext(), c)
 	if p == nil {
@@ -122,10 +142,14 @@ func (h *inference) feedback(c *fiber.Ctx) error {
 	if in.Score == nil || math.IsNaN(*in.Score) || *in.Score < 0 || *in.Score > 1 {
 		return sendError(c, http.StatusBadRequest, typeInvalidRequest, "", "score", "score must be a number in [0, 1]")
 	}
-	s, ok := h.recent.get(*in.RequestID)
-	if !ok || s.tenantID != p.Tenant.ID {
+	s, ok, again := h.recent.claim(*in.RequestID, p.Tenant.ID)
+	if !ok {
 		return sendError(c, http.StatusNotFound, typeInvalidRequest, "request_not_found", "request_id",
 			"no recent request with this id (feedback is accepted for recent requests of your tenant only)")
+	}
+	if again {
+		return sendError(c, http.StatusConflict, typeInvalidRequest, "feedback_already_recorded", "request_id",
+			"this request's feedback is already recorded (one score per request)")
 	}
 	if co, ok := h.deps.Quality.(ClusterQualityObserver); ok && s.clusterID != "" {
 		co.ObserveClusterQuality(s.clusterID, s.prompt, s.model, *in.Score)

@@ -25,6 +25,7 @@ import (
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/migrations/dbtest"
 	"github.com/routebalance/routebalance/routing"
+	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/tenants"
 )
 
@@ -352,4 +353,33 @@ func TestProbeClusterRefWithNUL(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestProbeFeedbackCountsOnce: POST /v1/feedback for the same request id
+// was accepted every time, each one a new label for that prompt and model,
+// so one answer could outweigh the rest of the cluster's quality data. The
+// first score counts; a repeat is 409.
+func TestProbeFeedbackCountsOnce(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Model: "m"})
+	e := newInfEnv(t, envOpts{instances: []tenants.Instance{inst("i1", up.URL, "m")}, quality: true})
+	resp, body := e.post(t, "/v1/chat/completions", testKey, `{"model":"auto","messages":[{"role":"user","content":"rate me once"}]}`, nil)
+	rid := resp.Header.Get(HeaderRequestID)
+	if resp.StatusCode != 200 || rid == "" {
+		t.Fatalf("status %d id %q body %s", resp.StatusCode, rid, body)
+	}
+	fb := fmt.Sprintf(`{"request_id":%q,"score":0.25}`, rid)
+	if resp, body := e.post(t, "/v1/feedback", testKey, fb, nil); resp.StatusCode != 200 {
+		t.Fatalf("first feedback: %d %s", resp.StatusCode, body)
+	}
+	resp, body = e.post(t, "/v1/feedback", testKey, fmt.Sprintf(`{"request_id":%q,"score":1}`, rid), nil)
+	if env := decodeEnvelope(t, body); resp.StatusCode != http.StatusConflict || str(env.Error.Code) != "feedback_already_recorded" ||
+		str(env.Error.Param) != "request_id" {
+		t.Errorf("second feedback: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := e.post(t, "/v1/feedback", otherKey, fb, nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("another tenant's repeat: %d, want 404 (the id stays unknown to it)", resp.StatusCode)
+	}
+	if len(e.quality.got) != 1 || e.quality.got[0] != "rate me once|m|0.25" {
+		t.Errorf("observed %q, want the first score only", e.quality.got)
+	}
 }
