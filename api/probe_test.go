@@ -73,14 +73,19 @@ func httpDo(t *testing.T, method, url, token string, body any) resp {
 	return r
 }
 
+// ledgerEnv serves an api with the engine's billing store on loopback.
+func ledgerEnv(t *testing.T, db dbtest.Engine) (*testEnv, string, ledgerStore) {
+	st := ledgerFor(db)
+	e := newEnv(t, db, true, func(d *Deps) { d.Usage, d.Requests = st, st })
+	return e, serveLoopback(t, e), st
+}
+
 // TestProbeCSVCellsAreNotFormulas: a key named "=HYPERLINK(…)" (or a model,
 // request id … starting with + - @) came out of usage.csv and requests.csv
 // as a live spreadsheet formula. Text cells must be defused.
 func TestProbeCSVCellsAreNotFormulas(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
-		st := ledgerFor(db)
-		e := newEnv(t, db, true, func(d *Deps) { d.Usage, d.Requests = st, st })
-		base := serveLoopback(t, e)
+		e, base, st := ledgerEnv(t, db)
 		tid, tok := signupTok(e, "csv-probe@example.com")
 		evil := `=HYPERLINK("http://evil.example","x")`
 		r := httpDo(t, "POST", base+"/api/v1/keys", tok, map[string]any{"name": evil})
@@ -296,9 +301,7 @@ func FuzzWithoutRequestEcho(f *testing.F) {
 // for a client's typo. They are 400 with the parameter named.
 func TestProbeRequestFiltersRefuseBadText(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
-		st := ledgerFor(db)
-		e := newEnv(t, db, true, func(d *Deps) { d.Usage, d.Requests = st, st })
-		base := serveLoopback(t, e)
+		e, base, _ := ledgerEnv(t, db)
 		_, tok := signupTok(e, "filters@example.com")
 		nulCursor := base64.RawURLEncoding.EncodeToString([]byte("2026-12-01T15:12:03.999171Z|a\x00b"))
 		for _, tc := range []struct{ query, param string }{
