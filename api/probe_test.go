@@ -386,3 +386,42 @@ func TestProbeFeedbackCountsOnce(t *testing.T) {
 		t.Errorf("observed %q, want the first score only", e.quality.got)
 	}
 }
+
+// TestProbeDeletedClusterStopsItsKeys: the dashboard's delete dialog says
+// "keys bound to it stop working", but the store unbound them (ON DELETE
+// SET NULL) and they went on routing — to the tenant's only or default
+// cluster, one the key was never meant for. Deleting a cluster revokes
+// the keys bound to it; other keys keep working.
+func TestProbeDeletedClusterStopsItsKeys(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, db dbtest.Engine) {
+		e := newEnv(t, db, true, func(d *Deps) {
+			d.Inference = InferenceDeps{Keys: d.Tenants, Router: newTestRouter()}
+		})
+		base := serveLoopback(t, e)
+		_, tok := signupTok(e, "delete-bound@example.com")
+		prod, staging := mkCluster(t, e, tok, "prod"), mkCluster(t, e, tok, "staging")
+		for _, cid := range []string{prod, staging} {
+			if r := e.do("POST", "/api/v1/clusters/"+cid+"/instances", tok, map[string]any{"base_url": "http://127.0.0.1:1", "model": "m"}); r.status != 201 {
+				t.Fatalf("instance: %d %s", r.status, r.raw)
+			}
+		}
+		bound := e.do("POST", "/api/v1/keys", tok, map[string]any{"name": "staging-ci", "cluster_id": staging})
+		other := e.do("POST", "/api/v1/keys", tok, map[string]any{"name": "prod-app", "cluster_id": prod})
+		if r := httpDo(t, "GET", base+"/v1/models", bound.str("key"), nil); r.status != 200 {
+			t.Fatalf("bound key before: %d %s", r.status, r.raw)
+		}
+		if r := httpDo(t, "DELETE", base+"/api/v1/clusters/"+staging, tok, nil); r.status != 204 {
+			t.Fatalf("delete: %d %s", r.status, r.raw)
+		}
+		if r := httpDo(t, "GET", base+"/v1/models", bound.str("key"), nil); r.status != http.StatusUnauthorized {
+			t.Errorf("the deleted cluster's key: %d %s, want 401 (it must stop working)", r.status, r.raw)
+		}
+		if r := httpDo(t, "GET", base+"/v1/models", other.str("key"), nil); r.status != 200 {
+			t.Errorf("another cluster's key: %d %s", r.status, r.raw)
+		}
+		r := httpDo(t, "GET", base+"/api/v1/keys", tok, nil)
+		if !strings.Contains(r.raw, `"revoked_at"`) || strings.Count(r.raw, `"revoked_at"`) != 1 {
+			t.Errorf("keys after the delete: %s", r.raw)
+		}
+	})
+}

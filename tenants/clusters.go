@@ -122,8 +122,25 @@ func (s *Service) UpdateCluster(ctx context.Context, tenantID, id string, p Clus
 	return c, nil
 }
 
-// DeleteCluster deletes a cluster and its instances.
+// DeleteCluster deletes a cluster and its instances, and revokes the keys
+// bound to it: the store only unbinds them (ON DELETE SET NULL), and an
+// unbound key would route to the tenant's default or only cluster, one it
+// was never meant for. A key stays bound to the cluster it was made for.
 func (s *Service) DeleteCluster(ctx context.Context, tenantID, id string) error {
+	if _, err := s.store.Cluster(ctx, tenantID, id); err != nil {
+		return err // another tenant's or no cluster: nothing is revoked
+	}
+	keys, err := s.store.Keys(ctx, tenantID)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.ClusterID == id && k.RevokedAt == nil {
+			if err := s.RevokeKey(ctx, tenantID, k.ID); err != nil {
+				return fmt.Errorf("revoke key %s of the deleted cluster: %w", k.ID, err)
+			}
+		}
+	}
 	if err := s.store.DeleteCluster(ctx, tenantID, id); err != nil {
 		return err
 	}
