@@ -126,6 +126,9 @@ type Deps struct {
 	// Replicas returns the forwarding and owner-lease counters of a
 	// replica among several (replicas.go).
 	Replicas func() ReplicaStats
+	// Qdrant returns the cluster indexes' Qdrant counters (qdrant.go);
+	// nil without Qdrant.
+	Qdrant func() QdrantStats
 	// Clock dates the outbox backlog (default the wall clock).
 	Clock routing.Clock
 	// Log reports collector failures (default slog.Default()).
@@ -156,6 +159,7 @@ type Metrics struct {
 	stateDescs    stateDescs
 	billingDescs  billingDescs
 	replicaDescs  replicaDescs
+	qdrantDescs   qdrantDescs
 	outboxFailure prometheus.Counter
 	labels        *labeler
 	autopilotOnce sync.Once
@@ -228,6 +232,8 @@ func New(cfg Config, deps Deps) (*Metrics, error) {
 	m.reg.MustRegister(billingCollector{m})
 	m.replicaDescs = newReplicaDescs()
 	m.reg.MustRegister(replicaCollector{m})
+	m.qdrantDescs = newQdrantDescs()
+	m.reg.MustRegister(qdrantCollector{m})
 	if cfg.ProcessMetrics {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -30,7 +30,8 @@ func populated(t *testing.T) map[string]dto.MetricType {
 	m, err := New(DefaultConfig(), Deps{Log: quiet(), Outbox: outbox,
 		State:      func(string) []schedule.InstanceState { return []schedule.InstanceState{{ID: "i", Model: "m"}} },
 		MeterStats: func() billing.MeterStats { return billing.MeterStats{} },
-		Replicas:   func() ReplicaStats { return ReplicaStats{Leases: true} }})
+		Replicas:   func() ReplicaStats { return ReplicaStats{Leases: true} },
+		Qdrant:     func() QdrantStats { return QdrantStats{} }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,16 +52,8 @@ func TestServeClusterQualityData(t *testing.T) {
 		t.Errorf("quality source before an upload = %q, want prior", src)
 	}
 
-	var lines strings.Builder
-	for i := 0; i < 300; i++ {
-		if i%2 == 0 {
-			fmt.Fprintf(&lines, `{"id":"r%d","prompt":"solve %d x + 1 = %d for x","scores":{"big":1,"small":0}}`+"\n", i, i, 3*i)
-		} else {
-			fmt.Fprintf(&lines, `{"id":"r%d","prompt":"a poem about the sea number %d","scores":{"big":0,"small":1}}`+"\n", i, i)
-		}
-	}
 	qd := base + "/api/v1/clusters/" + cid + "/quality-data"
-	if res, body := doReq(t, "POST", qd, tok, lines.String()); res.StatusCode != 202 {
+	if res, body := doReq(t, "POST", qd, tok, mathPoemUpload(300)); res.StatusCode != 202 {
 		t.Fatalf("upload: %d %s", res.StatusCode, body)
 	}
 	ready := func() string {

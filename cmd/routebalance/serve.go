@@ -75,6 +75,7 @@ type serveConfig struct {
 	trustedProxies  []string
 	tracing         telemetry.TracingConfig
 	redis           redisFlags
+	qdrant          qdrantFlags
 }
 
 // env returns the value of ROUTEBALANCE_<name>, or def.
@@ -144,6 +145,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	ratio := env("TRACE_SAMPLE_RATIO", "1")
 	fs.Func("trace-sample-ratio", "fraction of new traces kept, in (0, 1]; a sampled incoming parent is always followed (env ROUTEBALANCE_TRACE_SAMPLE_RATIO)", func(s string) error { ratio = s; return nil })
 	c.redis.register(fs)
+	c.qdrant.register(fs)
 	level := env("LOG_LEVEL", "info")
 	fs.Func("log-level", "debug, info, warn or error (env ROUTEBALANCE_LOG_LEVEL)", func(s string) error { level = s; return nil })
 	if err := fs.Parse(args); err != nil {
@@ -467,6 +469,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Each cluster's own quality data (uploads, feedback) in front of the
 	// operator-wide index, persisted in the database.
 	qdeps := quality.Deps{Log: log, Persist: db.qualityStore()}
+	if qdeps.Qdrant, err = cfg.qdrant.open(ctx, log); err != nil {
+		return err
+	} else if qdeps.Qdrant != nil {
+		defer qdeps.Qdrant.Close()
+	}
 	if knn != nil {
 		qdeps.Global = knn
 	}
@@ -532,7 +539,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var fwdStats atomic.Pointer[api.Forwarder]
 	var leaseStats atomic.Pointer[owner.Leases]
 	tel, err := telemetry.New(tcfgMetrics, telemetry.Deps{State: router.State, MeterStats: bill.meter.Stats, Outbox: bill.store, Log: log,
-		Replicas: replicaStats(&fwdStats, &leaseStats)})
+		Replicas: replicaStats(&fwdStats, &leaseStats), Qdrant: qdrantStats(qdeps.Qdrant)})
 	if err != nil {
 		return err
 	}

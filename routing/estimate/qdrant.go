@@ -179,23 +179,41 @@ func recordPayload(r Record) map[string]any {
 
 // Search sends one QueryBatch with a query per vector, without payloads.
 func (q *Qdrant) Search(ctx context.Context, queries []float32, k int, out []Neighbor) error {
-	if q.n == 0 {
+	return q.search(ctx, queries, q.dim, q.n, k, out, nil, func(p *qdrant.ScoredPoint) (int32, error) {
+		id := p.GetId()
+		if id == nil || id.GetUuid() != "" || id.GetNum() >= uint64(q.n) {
+			return 0, fmt.Errorf("qdrant: point id %v is not a row of this index", id)
+		}
+		return int32(id.GetNum()), nil
+	})
+}
+
+// search sends one QueryBatch of len(queries)/dim queries of n stored rows,
+// each restricted to filter (nil: none), and maps every hit to its row
+// with rowOf (a filter asks for the "row" payload field).
+func (q *Qdrant) search(ctx context.Context, queries []float32, dim, n, k int, out []Neighbor, filter *qdrant.Filter,
+	rowOf func(*qdrant.ScoredPoint) (int32, error)) error {
+	if n == 0 {
 		resetTop(out)
 		return nil
 	}
-	dim := q.dim
 	nq, err := checkSearch(dim, queries, k, out)
 	if err != nil {
 		return err
 	}
 	limit := uint64(k)
+	payload := qdrant.NewWithPayload(false)
+	if filter != nil {
+		payload = qdrant.NewWithPayloadInclude(rowField)
+	}
 	batch := make([]*qdrant.QueryPoints, nq)
 	for i := range batch {
 		batch[i] = &qdrant.QueryPoints{
 			CollectionName: q.cfg.Collection,
 			Query:          qdrant.NewQueryDense(queries[i*dim : (i+1)*dim]),
+			Filter:         filter,
 			Limit:          &limit,
-			WithPayload:    qdrant.NewWithPayload(false),
+			WithPayload:    payload,
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, q.cfg.Timeout)
@@ -211,11 +229,11 @@ func (q *Qdrant) Search(ctx context.Context, queries []float32, k int, out []Nei
 	for i, r := range res {
 		top := out[i*k : (i+1)*k]
 		for _, p := range r.GetResult() {
-			id := p.GetId()
-			if id == nil || id.GetUuid() != "" || id.GetNum() >= uint64(q.n) {
-				return fmt.Errorf("qdrant: point id %v is not a row of this index", id)
+			row, err := rowOf(p)
+			if err != nil {
+				return err
 			}
-			insertTop(top, Neighbor{Row: int32(id.GetNum()), Sim: p.GetScore()})
+			insertTop(top, Neighbor{Row: row, Sim: p.GetScore()})
 		}
 	}
 	return nil

@@ -6,132 +6,18 @@ import (
 	"math"
 	"net"
 	"os"
-	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/qdrant/go-client/qdrant"
+	"github.com/routebalance/routebalance/internal/qdranttest"
 	"github.com/routebalance/routebalance/routing"
-	"google.golang.org/grpc"
 )
 
-// fakeQdrant is an in-process Qdrant built from the client's own generated
-// service definitions: it keeps points in memory and answers QueryBatch by
-// exact cosine search, so the adapter's request/response mapping is tested
-// over real gRPC.
-type fakeQdrant struct {
-	mu           sync.Mutex
-	colls        map[string]*fakeColl
-	queryBatches int
-	upserts      int
-}
-
-type fakeColl struct {
-	dim  uint64
-	dist qdrant.Distance
-	pts  map[uint64]*qdrant.PointStruct
-}
-
-type fakeCollections struct {
-	qdrant.UnimplementedCollectionsServer
-	f *fakeQdrant
-}
-
-type fakePoints struct {
-	qdrant.UnimplementedPointsServer
-	f *fakeQdrant
-}
-
-func (s fakeCollections) CollectionExists(_ context.Context, r *qdrant.CollectionExistsRequest) (*qdrant.CollectionExistsResponse, error) {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	_, ok := s.f.colls[r.GetCollectionName()]
-	return &qdrant.CollectionExistsResponse{Result: &qdrant.CollectionExists{Exists: ok}}, nil
-}
-
-func (s fakeCollections) Delete(_ context.Context, r *qdrant.DeleteCollection) (*qdrant.CollectionOperationResponse, error) {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	delete(s.f.colls, r.GetCollectionName())
-	return &qdrant.CollectionOperationResponse{Result: true}, nil
-}
-
-func (s fakeCollections) Create(_ context.Context, r *qdrant.CreateCollection) (*qdrant.CollectionOperationResponse, error) {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	p := r.GetVectorsConfig().GetParams()
-	s.f.colls[r.GetCollectionName()] = &fakeColl{dim: p.GetSize(), dist: p.GetDistance(), pts: map[uint64]*qdrant.PointStruct{}}
-	return &qdrant.CollectionOperationResponse{Result: true}, nil
-}
-
-func (s fakePoints) Upsert(_ context.Context, r *qdrant.UpsertPoints) (*qdrant.PointsOperationResponse, error) {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	c, ok := s.f.colls[r.GetCollectionName()]
-	if !ok {
-		return nil, fmt.Errorf("no collection %q", r.GetCollectionName())
-	}
-	s.f.upserts++
-	for _, p := range r.GetPoints() {
-		if n := len(p.GetVectors().GetVector().GetDense().GetData()); uint64(n) != c.dim {
-			return nil, fmt.Errorf("point %v has %d dims, collection %d", p.GetId(), n, c.dim)
-		}
-		c.pts[p.GetId().GetNum()] = p
-	}
-	return &qdrant.PointsOperationResponse{Result: &qdrant.UpdateResult{Status: qdrant.UpdateStatus_Completed}}, nil
-}
-
-func (s fakePoints) QueryBatch(_ context.Context, r *qdrant.QueryBatchPoints) (*qdrant.QueryBatchResponse, error) {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	s.f.queryBatches++
-	c, ok := s.f.colls[r.GetCollectionName()]
-	if !ok {
-		return nil, fmt.Errorf("no collection %q", r.GetCollectionName())
-	}
-	res := &qdrant.QueryBatchResponse{}
-	for _, q := range r.GetQueryPoints() {
-		v := q.GetQuery().GetNearest().GetDense().GetData()
-		var hits []*qdrant.ScoredPoint
-		for id, p := range c.pts {
-			w := p.GetVectors().GetVector().GetDense().GetData()
-			var dot, nv, nw float64
-			for i := range v {
-				dot += float64(v[i]) * float64(w[i])
-				nv += float64(v[i]) * float64(v[i])
-				nw += float64(w[i]) * float64(w[i])
-			}
-			hits = append(hits, &qdrant.ScoredPoint{Id: qdrant.NewIDNum(id), Score: float32(dot / math.Sqrt(nv*nw))})
-		}
-		sort.Slice(hits, func(i, j int) bool { return hits[i].Score > hits[j].Score })
-		if n := int(q.GetLimit()); len(hits) > n {
-			hits = hits[:n]
-		}
-		res.Result = append(res.Result, &qdrant.BatchResult{Result: hits})
-	}
-	return res, nil
-}
-
-// startFakeQdrant serves the fake on a loopback port and returns its URL.
-func startFakeQdrant(t *testing.T) (*fakeQdrant, string) {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeQdrant{colls: map[string]*fakeColl{}}
-	srv := grpc.NewServer()
-	qdrant.RegisterCollectionsServer(srv, fakeCollections{f: f})
-	qdrant.RegisterPointsServer(srv, fakePoints{f: f})
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return f, "http://" + lis.Addr().String()
-}
-
 func TestQdrantAdapterMapping(t *testing.T) {
-	fake, url := startFakeQdrant(t)
+	fake := qdranttest.Start(t)
+	url := fake.URL()
 	ctx := context.Background()
 	recs := testRecords()
 	k := buildTest(t, Config{Estimator: "knn"}, BuildOptions{})
@@ -148,11 +34,11 @@ func TestQdrantAdapterMapping(t *testing.T) {
 	if err := q.Load(ctx, k.Vectors(), k.Dim(), recs, nil); err != nil {
 		t.Fatal(err)
 	}
-	fake.mu.Lock()
-	coll := fake.colls["test-index"]
-	gotPayload := coll.pts[0].GetPayload()
-	nPts, dist, upserts := len(coll.pts), coll.dist, fake.upserts
-	fake.mu.Unlock()
+	fake.Mu.Lock()
+	coll := fake.Colls["test-index"]
+	gotPayload := coll.Pts[0].GetPayload()
+	nPts, dist, upserts := len(coll.Pts), coll.Dist, fake.Upserts
+	fake.Mu.Unlock()
 	if nPts != len(recs) || dist != qdrant.Distance_Cosine || upserts != 2*5 {
 		t.Errorf("collection: %d points, distance %v, %d upserts; want %d, Cosine, 10", nPts, dist, upserts, len(recs))
 	}
@@ -185,15 +71,15 @@ func TestQdrantAdapterMapping(t *testing.T) {
 	if err := k.Estimate(ctx, prompts, models, nil, a); err != nil {
 		t.Fatal(err)
 	}
-	fake.mu.Lock()
-	before := fake.queryBatches
-	fake.mu.Unlock()
+	fake.Mu.Lock()
+	before := fake.QueryBatches
+	fake.Mu.Unlock()
 	if err := kq.Estimate(ctx, prompts, models, nil, b); err != nil {
 		t.Fatal(err)
 	}
-	fake.mu.Lock()
-	calls := fake.queryBatches - before
-	fake.mu.Unlock()
+	fake.Mu.Lock()
+	calls := fake.QueryBatches - before
+	fake.Mu.Unlock()
 	if calls != 1 {
 		t.Errorf("QueryBatch calls for one Estimate = %d, want 1", calls)
 	}
@@ -253,4 +139,32 @@ func TestQdrantRealServer(t *testing.T) {
 	if out[0].Row != 0 || math.Abs(float64(out[0].Sim)-1) > 1e-4 {
 		t.Errorf("nearest to row 0 = %+v, want row 0 with similarity 1", out[0])
 	}
+}
+
+// FuzzPointRow: a hit's row is read from Qdrant's answer; whatever the
+// payload, it is a row in [0, n) or an error, never a panic.
+func FuzzPointRow(f *testing.F) {
+	f.Add(uint8(0), int64(3), "", 10)
+	f.Add(uint8(1), int64(-1), "x", 10)
+	f.Add(uint8(2), int64(0), "7", 1)
+	f.Add(uint8(3), int64(1<<40), "", 5)
+	f.Fuzz(func(t *testing.T, kind uint8, iv int64, sv string, n int) {
+		pl := map[string]*qdrant.Value{}
+		switch kind % 5 {
+		case 0:
+			pl["row"] = qdrant.NewValueInt(iv)
+		case 1:
+			pl["row"] = qdrant.NewValueString(sv)
+		case 2:
+			pl["row"] = qdrant.NewValueDouble(float64(iv))
+		case 3:
+			pl["other"] = qdrant.NewValueInt(iv)
+		case 4:
+			pl["row"] = qdrant.NewValueNull()
+		}
+		row, err := PointRow(pl, n)
+		if err == nil && (row < 0 || int(row) >= n || kind%5 != 0 || int64(row) != iv) {
+			t.Fatalf("PointRow(%v, %d) = %d, nil", pl, n, row)
+		}
+	})
 }

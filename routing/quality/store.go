@@ -173,6 +173,12 @@ type Status struct {
 	// (feedback) since the process started.
 	OnlineLabels map[string]int `json:"online_labels"`
 	Error        string         `json:"error,omitempty"`
+	// Qdrant is "stored" when the index's rows are in Qdrant and its
+	// searches go there, "pending" when writing them failed (QdrantError;
+	// retried every Config.HistoryEvery; searches stay in process), empty
+	// without Qdrant or without uploaded rows.
+	Qdrant      string `json:"qdrant,omitempty"`
+	QdrantError string `json:"qdrant_error,omitempty"`
 	// History is the mean Q̂ per model of the cluster's index over its
 	// probe prompts, every Config.HistoryEvery, oldest first.
 	History []HistoryPoint `json:"history"`
@@ -198,6 +204,7 @@ type entry struct {
 	probe    []string // prompts the history's mean Q̂ is taken over (ring)
 	probeAt  int
 	history  []HistoryPoint
+	qpend    *pendingWrite // rows not yet in Qdrant
 }
 
 // addProbe puts a prompt in the probe ring. e.mu is held.
@@ -216,10 +223,11 @@ type onlineLabel struct {
 }
 
 type job struct {
-	e          *entry
-	gen        uint64
-	recs       []estimate.Record
-	uploadedAt time.Time
+	e                   *entry
+	gen                 uint64
+	tenantID, clusterID string
+	recs                []estimate.Record
+	uploadedAt          time.Time
 }
 
 // Store holds every cluster's quality data. Uploads are indexed by Run's
@@ -230,6 +238,7 @@ type Store struct {
 	now     func() time.Time
 	persist Persister
 	global  Estimator
+	qdrant  *QdrantStore
 
 	mu       sync.RWMutex
 	clusters map[string]*entry
@@ -246,6 +255,9 @@ type Deps struct {
 	// Global is the operator-wide estimator used for the models a
 	// cluster's index lacks.
 	Global Estimator
+	// Qdrant, when set, stores every cluster index's rows and answers
+	// their neighbour searches (qdrant.go).
+	Qdrant *QdrantStore
 }
 
 // New returns a Store; call Run to index uploads.
@@ -259,7 +271,7 @@ func New(cfg Config, deps Deps) (*Store, error) {
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
-	return &Store{cfg: cfg.withDefaults(), log: deps.Log, now: deps.Now, persist: deps.Persist, global: deps.Global,
+	return &Store{cfg: cfg.withDefaults(), log: deps.Log, now: deps.Now, persist: deps.Persist, global: deps.Global, qdrant: deps.Qdrant,
 		clusters: map[string]*entry{}, jobs: make(chan job, 64)}, nil
 }
 
@@ -286,6 +298,7 @@ func (s *Store) Run(ctx context.Context) error {
 			}
 			s.mu.RUnlock()
 			for _, e := range all {
+				s.retryQdrant(ctx, e)
 				s.snapshot(ctx, e)
 			}
 		}
@@ -404,7 +417,7 @@ func (s *Store) start(ctx context.Context, tenantID, clusterID string, recs []es
 	online := e.status.OnlineLabels
 	e.status = Status{ClusterID: e.status.ClusterID, State: StateBuilding, Records: len(recs), Models: labelCounts(recs),
 		Unknown: unknown, UploadedAt: &at, OnlineLabels: online}
-	j := job{e: e, gen: e.gen, recs: recs, uploadedAt: at}
+	j := job{e: e, gen: e.gen, tenantID: e.tenantID, clusterID: e.status.ClusterID, recs: recs, uploadedAt: at}
 	e.mu.Unlock()
 	select {
 	case s.jobs <- j:
@@ -431,8 +444,15 @@ func (s *Store) Delete(ctx context.Context, clusterID string) error {
 	}
 	e.mu.Lock()
 	e.gen++ // a running build's result is dropped
+	e.qpend = nil
 	e.mu.Unlock()
 	e.idx.Store(nil)
+	if s.qdrant != nil {
+		if err := s.qdrant.dropOthers(ctx, clusterID, nil); err != nil {
+			// Never served again: searches are filtered to an upload.
+			s.log.WarnContext(ctx, "quality: deleting a cluster's points from Qdrant failed", slog.String("cluster", clusterID), slog.Any("err", err))
+		}
+	}
 	return nil
 }
 
@@ -535,18 +555,37 @@ func (s *Store) entry(clusterID string, create bool) *entry {
 	return e
 }
 
-// runJob builds one upload's index and swaps it in unless a newer upload
-// or a delete superseded it.
+// runJob builds one upload's index (and writes its rows to Qdrant) and
+// swaps it in unless a newer upload or a delete superseded it.
 func (s *Store) runJob(ctx context.Context, j job) bool {
 	start := s.now()
 	res, err := s.build(ctx, j.recs)
+	var pw *pendingWrite
+	var qerr error
+	if err == nil && s.qdrant != nil {
+		if pw, err = s.qdrant.attach(j.tenantID, j.clusterID, j.uploadedAt, res.knn, res.train); err == nil && pw != nil {
+			qerr = pw.run(ctx, s.qdrant)
+		}
+	}
 	took := s.now().Sub(start)
+	if !s.swapIn(ctx, j, res, err, took) {
+		return false
+	}
+	if pw != nil {
+		s.qdrantWritten(ctx, j.e, pw, qerr)
+	}
+	return true
+}
+
+// swapIn publishes a build's result (or failure) unless superseded.
+func (s *Store) swapIn(ctx context.Context, j job, res buildResult, err error, took time.Duration) bool {
 	j.e.mu.Lock()
 	defer j.e.mu.Unlock()
 	if j.e.gen != j.gen {
 		return false
 	}
 	st := &j.e.status
+	st.Qdrant, st.QdrantError, j.e.qpend = "", "", nil
 	if err != nil {
 		st.State, st.Error = StateFailed, err.Error()
 		s.log.ErrorContext(ctx, "quality index build failed", slog.String("cluster", st.ClusterID), slog.Any("err", err))
@@ -574,8 +613,46 @@ func (s *Store) runJob(ctx context.Context, j job) bool {
 	return true
 }
 
+// qdrantWritten records the outcome of writing a served index's rows to
+// Qdrant; once they are stored, the cluster's points of older uploads go.
+func (s *Store) qdrantWritten(ctx context.Context, e *entry, pw *pendingWrite, err error) {
+	e.mu.Lock()
+	if e.idx.Load() != pw.knn {
+		e.mu.Unlock()
+		return // replaced or deleted meanwhile
+	}
+	cluster := e.status.ClusterID
+	e.qpend = nil
+	e.status.Qdrant, e.status.QdrantError = "stored", ""
+	if err != nil {
+		e.qpend = pw
+		e.status.Qdrant, e.status.QdrantError = "pending", err.Error()
+	}
+	e.mu.Unlock()
+	if err != nil {
+		s.log.WarnContext(ctx, "quality: cluster index not in Qdrant yet; it searches in process", slog.String("cluster", cluster), slog.Any("err", err))
+		return
+	}
+	if err := s.qdrant.dropOthers(ctx, cluster, pw.key); err != nil {
+		s.log.WarnContext(ctx, "quality: deleting a cluster's older points from Qdrant failed", slog.String("cluster", cluster), slog.Any("err", err))
+	}
+}
+
+// retryQdrant writes a cluster index's rows to Qdrant if an earlier
+// write failed.
+func (s *Store) retryQdrant(ctx context.Context, e *entry) {
+	e.mu.Lock()
+	pw := e.qpend
+	e.mu.Unlock()
+	if pw == nil {
+		return
+	}
+	s.qdrantWritten(ctx, e, pw, pw.run(ctx, s.qdrant))
+}
+
 type buildResult struct {
 	knn              *estimate.KNN
+	train            []estimate.Record // the indexed records, row order
 	indexed, heldOut int
 	auc              map[string]float64
 	meanAUC          *float64
@@ -596,7 +673,7 @@ func (s *Store) build(ctx context.Context, recs []estimate.Record) (buildResult,
 	if err != nil {
 		return buildResult{}, err
 	}
-	res := buildResult{knn: knn, indexed: len(train), heldOut: len(held), auc: map[string]float64{}}
+	res := buildResult{knn: knn, train: train, indexed: len(train), heldOut: len(held), auc: map[string]float64{}}
 	if len(held) == 0 {
 		return res, nil
 	}
