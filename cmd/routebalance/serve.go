@@ -487,6 +487,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Info("cluster quality data restored, indexing", slog.Int("clusters", n))
 	}
 	workers.Go(func() error { return qstore.Run(bg) })
+	// Uploads and deletes taken by another replica (NOTIFY on the tenant
+	// change feed) are rebuilt or dropped here too.
+	workers.Go(func() error { return qstore.Follow(bg) })
+	workers.Go(func() error { return store.Watch(bg, qstore.Changed, func() { qstore.Changed("") }) })
 	sdeps.Estimator = newQualityBinder(qstore)
 	deps.QualityData = qstore
 	router, err := schedule.NewRouter(scfg, sdeps)

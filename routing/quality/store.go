@@ -243,6 +243,7 @@ type Store struct {
 	mu       sync.RWMutex
 	clusters map[string]*entry
 	jobs     chan job
+	syncs    chan string // tenants whose uploads another replica changed (sync.go)
 }
 
 // Deps are a Store's collaborators; all optional.
@@ -272,7 +273,7 @@ func New(cfg Config, deps Deps) (*Store, error) {
 		deps.Now = time.Now
 	}
 	return &Store{cfg: cfg.withDefaults(), log: deps.Log, now: deps.Now, persist: deps.Persist, global: deps.Global, qdrant: deps.Qdrant,
-		clusters: map[string]*entry{}, jobs: make(chan job, 64)}, nil
+		clusters: map[string]*entry{}, jobs: make(chan job, 64), syncs: make(chan string, 64)}, nil
 }
 
 // Limits returns the upload limits in force.
@@ -363,21 +364,29 @@ func (s *Store) Restore(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, sv := range all {
-		recs, err := decodeRecords(sv.Data)
-		if err != nil {
+		if err := s.restoreOne(ctx, sv); err != nil {
+			if ctx.Err() != nil {
+				return n, err
+			}
 			s.log.ErrorContext(ctx, "quality data unreadable; skipped", slog.String("cluster", sv.ClusterID), slog.Any("err", err))
 			continue
-		}
-		var meta struct {
-			Unknown map[string]int `json:"unknown_models"`
-		}
-		_ = json.Unmarshal(sv.Meta, &meta)
-		if err := s.start(ctx, sv.TenantID, sv.ClusterID, recs, meta.Unknown, sv.UploadedAt); err != nil {
-			return n, err
 		}
 		n++
 	}
 	return n, nil
+}
+
+// restoreOne queues a persisted upload for indexing.
+func (s *Store) restoreOne(ctx context.Context, sv Saved) error {
+	recs, err := decodeRecords(sv.Data)
+	if err != nil {
+		return err
+	}
+	var meta struct {
+		Unknown map[string]int `json:"unknown_models"`
+	}
+	_ = json.Unmarshal(sv.Meta, &meta)
+	return s.start(ctx, sv.TenantID, sv.ClusterID, recs, meta.Unknown, sv.UploadedAt)
 }
 
 // Upload validates an upload for a cluster serving models and, when at
@@ -430,10 +439,7 @@ func (s *Store) start(ctx context.Context, tenantID, clusterID string, recs []es
 // Delete removes a cluster's uploaded data and its index (online labels
 // too). ErrNotFound when it has none.
 func (s *Store) Delete(ctx context.Context, clusterID string) error {
-	s.mu.Lock()
-	e, ok := s.clusters[clusterID]
-	delete(s.clusters, clusterID)
-	s.mu.Unlock()
+	ok := s.forget(clusterID)
 	if s.persist != nil {
 		if err := s.persist.Delete(ctx, clusterID); err != nil {
 			return fmt.Errorf("quality: delete: %w", err)
@@ -442,11 +448,6 @@ func (s *Store) Delete(ctx context.Context, clusterID string) error {
 	if !ok {
 		return ErrNotFound
 	}
-	e.mu.Lock()
-	e.gen++ // a running build's result is dropped
-	e.qpend = nil
-	e.mu.Unlock()
-	e.idx.Store(nil)
 	if s.qdrant != nil {
 		if err := s.qdrant.dropOthers(ctx, clusterID, nil); err != nil {
 			// Never served again: searches are filtered to an upload.
@@ -454,6 +455,24 @@ func (s *Store) Delete(ctx context.Context, clusterID string) error {
 		}
 	}
 	return nil
+}
+
+// forget drops a cluster's entry (its index, online labels and any
+// running build's result) from memory; false when it had none.
+func (s *Store) forget(clusterID string) bool {
+	s.mu.Lock()
+	e, ok := s.clusters[clusterID]
+	delete(s.clusters, clusterID)
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	e.mu.Lock()
+	e.gen++ // a running build's result is dropped
+	e.qpend = nil
+	e.mu.Unlock()
+	e.idx.Store(nil)
+	return true
 }
 
 // Status reports a cluster's quality data (State "none" when it has none).

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,6 +16,7 @@ import (
 	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/quality"
 	"github.com/routebalance/routebalance/routing/quality/sqlstore"
+	tenantsql "github.com/routebalance/routebalance/tenants/sqlstore"
 )
 
 func open(t *testing.T, e dbtest.Engine) (*sqlstore.Store, *sql.DB) {
@@ -154,4 +156,47 @@ func TestJudgeSettingsStored(t *testing.T) {
 			t.Errorf("after the cluster went: %v, %v", got, err)
 		}
 	})
+}
+
+// TestUploadReachesOtherReplicas: two Stores on one Postgres, the second
+// following the tenant change feed (tenants/sqlstore Watch, as serve
+// wires it): an upload on the first is rebuilt on the second without a
+// restart, a re-upload replaces it there, a delete drops it there.
+func TestUploadReachesOtherReplicas(t *testing.T) {
+	pool := dbtest.Postgres(t)
+	e := dbtest.Engine{Pool: pool}
+	p, db := open(t, e)
+	exec(t, db, true, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, '2026-01-01T00:00:00Z')`, "t1", "acme")
+	exec(t, db, true, `INSERT INTO clusters (id, tenant_id, name, policy, created_at, updated_at) VALUES ('c1', 't1', 'c1', '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`)
+	ctx, cancel := context.WithCancel(context.Background())
+	a, b := start(t, p), start(t, p)
+	feed := tenantsql.NewPostgres(pool)
+	live := make(chan struct{})
+	var once sync.Once
+	done := make(chan struct{}, 2)
+	go func() { b.Follow(ctx); done <- struct{}{} }()
+	go func() {
+		feed.Watch(ctx, b.Changed, func() { b.Changed(""); once.Do(func() { close(live) }) })
+		done <- struct{}{}
+	}()
+	t.Cleanup(func() { cancel(); <-done; <-done })
+	<-live
+
+	if _, err := a.Upload(ctx, "t1", "c1", []string{"big", "small"}, strings.NewReader(upload(60))); err != nil {
+		t.Fatal(err)
+	}
+	if got := ready(t, b, "c1"); got.Records != 60 {
+		t.Errorf("the other replica's status: %+v, want the 60-record upload", got)
+	}
+	if _, err := a.Upload(ctx, "t1", "c1", []string{"big", "small"}, strings.NewReader(upload(90))); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "the re-upload on the other replica", func() bool {
+		st := b.Status("c1")
+		return st.State == quality.StateReady && st.Records == 90
+	})
+	if err := a.Delete(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "the delete on the other replica", func() bool { return b.Status("c1").State == quality.StateNone })
 }
