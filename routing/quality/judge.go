@@ -289,6 +289,23 @@ type JudgeStore interface {
 	Judges(ctx context.Context) (map[string]JudgeSettings, error)
 }
 
+// JudgeSpend is a cluster's judge totals of one month.
+type JudgeSpend struct {
+	SpentUSD float64
+	Labels   int
+}
+
+// JudgeSpender is implemented by a JudgeStore that also keeps the monthly
+// judge spend (routing/quality/sqlstore: table quality_judge_spend), so
+// the budget survives restarts and counts every replica's calls.
+type JudgeSpender interface {
+	// AddJudgeSpend adds usd and labels to a cluster's month and returns
+	// the month's totals (every replica's).
+	AddJudgeSpend(ctx context.Context, tenantID, clusterID, month string, usd float64, labels int) (JudgeSpend, error)
+	// JudgeSpends returns every cluster's totals of a month.
+	JudgeSpends(ctx context.Context, month string) (map[string]JudgeSpend, error)
+}
+
 // Configure persists (when the Judge has a store) and applies a cluster's
 // settings.
 func (j *Judge) Configure(ctx context.Context, tenantID, clusterID string, s JudgeSettings) error {
@@ -316,7 +333,58 @@ func (j *Judge) Restore(ctx context.Context) (int, error) {
 	for id, s := range all {
 		j.Set(id, s)
 	}
+	if sp, ok := j.store.(JudgeSpender); ok {
+		month := j.now().UTC().Format("2006-01")
+		spent, err := sp.JudgeSpends(ctx, month)
+		if err != nil {
+			return 0, fmt.Errorf("quality: restore judge spend: %w", err)
+		}
+		j.mu.Lock()
+		for id, tot := range spent {
+			if st, ok := j.clusters[id]; ok {
+				j.rollMonth(st)
+				j.applySpend(st, month, tot)
+			}
+		}
+		j.mu.Unlock()
+	}
 	return len(all), nil
+}
+
+// persistSpend adds a call's cost or a label to the stored month and
+// takes the stored totals (which include other replicas' calls) when they
+// are higher than this process's count. A failed write is logged: the
+// process's own count still bounds the spend.
+func (j *Judge) persistSpend(ctx context.Context, s Sample, usd float64, labels int) {
+	sp, ok := j.store.(JudgeSpender)
+	if !ok || (usd <= 0 && labels == 0) {
+		return
+	}
+	month := j.now().UTC().Format("2006-01")
+	tot, err := sp.AddJudgeSpend(context.WithoutCancel(ctx), s.TenantID, s.ClusterID, month, usd, labels)
+	if err != nil {
+		j.log.WarnContext(ctx, "judge spend not stored", slog.String("cluster", s.ClusterID), slog.Any("err", err))
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if st, ok := j.clusters[s.ClusterID]; ok {
+		j.rollMonth(st)
+		j.applySpend(st, month, tot)
+	}
+}
+
+// applySpend raises a cluster's month totals to the stored ones. j.mu is
+// held and the month rolled.
+func (j *Judge) applySpend(st *judgeState, month string, tot JudgeSpend) {
+	if st.stats.Month != month {
+		return
+	}
+	st.stats.SpentUSD = max(st.stats.SpentUSD, tot.SpentUSD)
+	st.stats.monthLabels = max(st.stats.monthLabels, tot.Labels)
+	if st.stats.monthLabels > 0 {
+		st.stats.CostPerLabelUSD = st.stats.SpentUSD / float64(st.stats.monthLabels)
+	}
 }
 
 // Run judges queued samples, one at a time, until ctx ends.
@@ -352,6 +420,7 @@ func (j *Judge) judge(ctx context.Context, s Sample) {
 			RequestID: fmt.Sprintf("%s-judge-%d", s.RequestID, attempt), Model: set.Model, System: system, User: user, MaxTokens: j.cfg.MaxTokens})
 		cancel()
 		j.count(s.ClusterID, func(st *JudgeStats) { st.Calls++; st.SpentUSD += rep.CostUSD })
+		j.persistSpend(ctx, s, rep.CostUSD, 0)
 		if err != nil {
 			// The error names the instance or the cause, never the texts.
 			j.log.WarnContext(ctx, "judge call failed", slog.String("cluster", s.ClusterID), slog.String("request_id", s.RequestID), slog.Int("attempt", attempt), slog.Any("err", err))
@@ -378,6 +447,7 @@ func (j *Judge) judge(ctx context.Context, s Sample) {
 				st.CostPerLabelUSD = st.SpentUSD / float64(st.monthLabels)
 			}
 		})
+		j.persistSpend(ctx, s, 0, 1)
 		return
 	}
 	j.count(s.ClusterID, func(st *JudgeStats) { st.Failed++ })

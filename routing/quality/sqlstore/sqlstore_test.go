@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -199,4 +201,72 @@ func TestUploadReachesOtherReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Until(t, "the delete on the other replica", func() bool { return b.Status("c1").State == quality.StateNone })
+}
+
+// scoreCaller stands in for the judge model (the rubric's answer is all a
+// judge test needs; the real dispatch path is tested in cmd/routebalance):
+// it always replies "4" at a fixed cost.
+type scoreCaller struct{ cost float64 }
+
+func (c scoreCaller) CallJudge(context.Context, quality.JudgeCall) (quality.JudgeReply, error) {
+	return quality.JudgeReply{Text: "4", CostUSD: c.cost}, nil
+}
+
+type nopLearner struct{}
+
+func (nopLearner) ObserveClusterQuality(string, string, string, float64) {}
+
+// TestJudgeSpendSurvivesRestart: the month's judge spend and labels are
+// stored as the judge calls; a restarted judge starts from them (and so
+// stops at the budget it had already spent), a new month from zero.
+func TestJudgeSpendSurvivesRestart(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, e dbtest.Engine) {
+		p, db := open(t, e)
+		pg := e.Pool != nil
+		exec(t, db, pg, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, '2026-01-01T00:00:00Z')`, "t1", "acme")
+		exec(t, db, pg, `INSERT INTO clusters (id, tenant_id, name, policy, created_at, updated_at) VALUES ('c1', 't1', 'c1', '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var now atomic.Int64 // the judges' clock, read by their goroutines
+		now.Store(time.Date(2026, 5, 20, 12, 0, 0, 0, time.UTC).UnixNano())
+		clock := func() time.Time { return time.Unix(0, now.Load()) }
+		newJudge := func() *quality.Judge {
+			j := quality.NewJudge(quality.JudgeConfig{}, quality.JudgeDeps{Caller: scoreCaller{cost: 0.25}, Learner: nopLearner{}, Store: p, Now: clock})
+			go j.Run(ctx)
+			return j
+		}
+		set := quality.JudgeSettings{Enabled: true, Model: "m", SampleRate: 1, MonthlyBudgetUSD: 1}
+		first := newJudge()
+		if err := first.Configure(ctx, "t1", "c1", set); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			first.Offer(quality.Sample{TenantID: "t1", ClusterID: "c1", RequestID: fmt.Sprint("r", i), Model: "m", Prompt: "p", Answer: "a"})
+		}
+		testwait.Until(t, "3 samples judged", func() bool { _, st := first.Settings("c1"); return st.Judged == 3 })
+
+		second := newJudge()
+		if _, err := second.Restore(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, st := second.Settings("c1")
+		if st.SpentUSD != 0.75 || st.CostPerLabelUSD != 0.25 || st.Month != "2026-05" {
+			t.Errorf("restored judge: spent %v, cost per label %v, month %s; want 0.75, 0.25, 2026-05", st.SpentUSD, st.CostPerLabelUSD, st.Month)
+		}
+		// One more call reaches the budget (0.75 + 0.25); the next sample is
+		// over it and dropped — the restart did not reset the month.
+		second.Offer(quality.Sample{TenantID: "t1", ClusterID: "c1", RequestID: "r3", Model: "m", Prompt: "p", Answer: "a"})
+		testwait.Until(t, "the 4th sample judged", func() bool { _, st := second.Settings("c1"); return st.Judged == 1 })
+		if second.Wants("c1", "r4") {
+			t.Error("a judge at its monthly budget (restored spend + 1 call) still wants samples")
+		}
+		now.Store(time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+		third := newJudge()
+		if _, err := third.Restore(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, st := third.Settings("c1"); st.SpentUSD != 0 || st.Month != "2026-06" {
+			t.Errorf("next month: spent %v in %s, want 0 in 2026-06", st.SpentUSD, st.Month)
+		}
+	})
 }
