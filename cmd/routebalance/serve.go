@@ -474,6 +474,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if qdeps.Qdrant != nil {
 		defer qdeps.Qdrant.Close()
 	}
+	if err := attachGlobalQdrant(ctx, qdeps.Qdrant, cfg.indexDir, knn, log); err != nil {
+		return err
+	}
 	if knn != nil {
 		qdeps.Global = knn
 	}
@@ -487,10 +490,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		log.Info("cluster quality data restored, indexing", slog.Int("clusters", n))
 	}
 	workers.Go(func() error { return qstore.Run(bg) })
-	// Uploads and deletes taken by another replica (NOTIFY on the tenant
-	// change feed) are rebuilt or dropped here too.
+	// Uploads and deletes taken by another replica are rebuilt or dropped
+	// here too (fed by the change feed below, after the judge).
 	workers.Go(func() error { return qstore.Follow(bg) })
-	workers.Go(func() error { return store.Watch(bg, qstore.Changed, func() { qstore.Changed("") }) })
 	sdeps.Estimator = newQualityBinder(qstore)
 	deps.QualityData = qstore
 	router, err := schedule.NewRouter(scfg, sdeps)
@@ -607,6 +609,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	workers.Go(func() error { return judge.Run(bg) })
+	// Quality data and judge settings changed by another replica (NOTIFY
+	// on the tenant change feed) are applied here too.
+	qualityChanged := func(tenantID string) { qstore.Changed(tenantID); judge.Changed(tenantID) }
+	workers.Go(func() error { return store.Watch(bg, qualityChanged, func() { qualityChanged("") }) })
 	deps.QualityJudge, deps.Inference.Judge = judge, judge
 	// The what-if preview replays the ledger's traffic through a fresh
 	// Core with the same estimators, read-only (routing/sim.Previewer).

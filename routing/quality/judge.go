@@ -180,6 +180,7 @@ type Judge struct {
 	mu       sync.Mutex
 	clusters map[string]*judgeState
 	queue    chan Sample
+	reload   chan struct{} // Changed: another replica changed settings or spend
 }
 
 type judgeState struct {
@@ -208,7 +209,7 @@ func NewJudge(cfg JudgeConfig, deps JudgeDeps) *Judge {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Judge{cfg: cfg, caller: deps.Caller, learn: deps.Learner, store: deps.Store, now: deps.Now, log: deps.Log,
-		clusters: map[string]*judgeState{}, queue: make(chan Sample, cfg.Queue)}
+		clusters: map[string]*judgeState{}, queue: make(chan Sample, cfg.Queue), reload: make(chan struct{}, 1)}
 }
 
 // Set replaces a cluster's settings (validated by the caller).
@@ -333,22 +334,32 @@ func (j *Judge) Restore(ctx context.Context) (int, error) {
 	for id, s := range all {
 		j.Set(id, s)
 	}
-	if sp, ok := j.store.(JudgeSpender); ok {
-		month := j.now().UTC().Format("2006-01")
-		spent, err := sp.JudgeSpends(ctx, month)
-		if err != nil {
-			return 0, fmt.Errorf("quality: restore judge spend: %w", err)
-		}
-		j.mu.Lock()
-		for id, tot := range spent {
-			if st, ok := j.clusters[id]; ok {
-				j.rollMonth(st)
-				j.applySpend(st, month, tot)
-			}
-		}
-		j.mu.Unlock()
+	if err := j.restoreSpend(ctx); err != nil {
+		return 0, fmt.Errorf("quality: restore judge spend: %w", err)
 	}
 	return len(all), nil
+}
+
+// restoreSpend raises every cluster's month totals to the stored ones.
+func (j *Judge) restoreSpend(ctx context.Context) error {
+	sp, ok := j.store.(JudgeSpender)
+	if !ok {
+		return nil
+	}
+	month := j.now().UTC().Format("2006-01")
+	spent, err := sp.JudgeSpends(ctx, month)
+	if err != nil {
+		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for id, tot := range spent {
+		if st, ok := j.clusters[id]; ok {
+			j.rollMonth(st)
+			j.applySpend(st, month, tot)
+		}
+	}
+	return nil
 }
 
 // persistSpend adds a call's cost or a label to the stored month and
@@ -395,8 +406,46 @@ func (j *Judge) Run(ctx context.Context) error {
 			return nil
 		case s := <-j.queue:
 			j.judge(ctx, s)
+		case <-j.reload:
+			if err := j.refresh(ctx); err != nil && ctx.Err() == nil {
+				j.log.WarnContext(ctx, "judge settings not reloaded", slog.Any("err", err))
+			}
 		}
 	}
+}
+
+// Changed tells the judge that a tenant's stored settings may have
+// changed in another replica (serve feeds it the tenant change feed);
+// Run then reloads every cluster's settings and this month's spend. It
+// never blocks.
+func (j *Judge) Changed(string) {
+	select {
+	case j.reload <- struct{}{}:
+	default: // a reload is already due
+	}
+}
+
+// refresh applies the stored settings (dropping clusters that have none
+// any more: their cluster was deleted) and the month's stored spend.
+func (j *Judge) refresh(ctx context.Context) error {
+	if j.store == nil {
+		return nil
+	}
+	all, err := j.store.Judges(ctx)
+	if err != nil {
+		return err
+	}
+	j.mu.Lock()
+	for id := range j.clusters {
+		if _, ok := all[id]; !ok {
+			delete(j.clusters, id)
+		}
+	}
+	j.mu.Unlock()
+	for id, s := range all {
+		j.Set(id, s)
+	}
+	return j.restoreSpend(ctx)
 }
 
 // judge scores one sample with at most MaxAttempts calls.

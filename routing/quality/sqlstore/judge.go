@@ -11,7 +11,8 @@ import (
 
 var _ quality.JudgeStore = (*Store)(nil)
 
-// SaveJudge replaces a cluster's judge settings.
+// SaveJudge replaces a cluster's judge settings (on Postgres, then
+// notifies the other replicas).
 func (s *Store) SaveJudge(ctx context.Context, tenantID, clusterID string, v quality.JudgeSettings) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -21,6 +22,11 @@ func (s *Store) SaveJudge(ctx context.Context, tenantID, clusterID string, v qua
 		ON CONFLICT (cluster_id) DO UPDATE SET tenant_id = excluded.tenant_id, settings = excluded.settings`
 	if _, err := s.db.ExecContext(ctx, s.rebind(q), clusterID, tenantID, string(b)); err != nil {
 		return fmt.Errorf("save judge settings of %s: %w", clusterID, err)
+	}
+	if s.postgres { // the other replicas reload (quality.Judge.Changed)
+		if _, err := s.db.ExecContext(ctx, `SELECT pg_notify($1, $2)`, changeChannel, tenantID); err != nil {
+			return fmt.Errorf("notify judge settings of %s: %w", clusterID, err)
+		}
 	}
 	return nil
 }

@@ -270,3 +270,50 @@ func TestJudgeSpendSurvivesRestart(t *testing.T) {
 		}
 	})
 }
+
+// TestJudgeSettingsReachOtherReplicas: a judge following the tenant
+// change feed applies settings another replica stored, and the month's
+// spend that replica's calls added.
+func TestJudgeSettingsReachOtherReplicas(t *testing.T) {
+	pool := dbtest.Postgres(t)
+	p, db := open(t, dbtest.Engine{Pool: pool})
+	exec(t, db, true, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, '2026-01-01T00:00:00Z')`, "t1", "acme")
+	exec(t, db, true, `INSERT INTO clusters (id, tenant_id, name, policy, created_at, updated_at) VALUES ('c1', 't1', 'c1', '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`)
+	ctx, cancel := context.WithCancel(context.Background())
+	clock := func() time.Time { return time.Date(2026, 5, 20, 12, 0, 0, 0, time.UTC) }
+	mk := func() *quality.Judge {
+		return quality.NewJudge(quality.JudgeConfig{}, quality.JudgeDeps{Caller: scoreCaller{cost: 0.1}, Learner: nopLearner{}, Store: p, Now: clock})
+	}
+	a, b := mk(), mk()
+	live := make(chan struct{})
+	var once sync.Once
+	done := make(chan struct{}, 3)
+	for _, j := range []*quality.Judge{a, b} {
+		go func() { j.Run(ctx); done <- struct{}{} }()
+	}
+	go func() {
+		tenantsql.NewPostgres(pool).Watch(ctx, b.Changed, func() { b.Changed(""); once.Do(func() { close(live) }) })
+		done <- struct{}{}
+	}()
+	t.Cleanup(func() { cancel(); <-done; <-done; <-done })
+	<-live
+
+	set := quality.JudgeSettings{Enabled: true, Model: "m", SampleRate: 1, MonthlyBudgetUSD: 5}
+	if err := a.Configure(ctx, "t1", "c1", set); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "the settings on the other replica", func() bool { got, _ := b.Settings("c1"); return got == set })
+	a.Offer(quality.Sample{TenantID: "t1", ClusterID: "c1", RequestID: "r1", Model: "m", Prompt: "p", Answer: "a"})
+	testwait.Until(t, "a's call judged", func() bool { _, st := a.Settings("c1"); return st.Judged == 1 })
+	set.SampleRate = 0.5 // a change of settings also brings the month's spend along
+	if err := a.Configure(ctx, "t1", "c1", set); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "the new rate and a's spend on the other replica", func() bool {
+		got, st := b.Settings("c1")
+		return got == set && st.SpentUSD == 0.1
+	})
+	exec(t, db, true, `DELETE FROM clusters WHERE id = 'c1'`)
+	a.Changed("t1") // the cluster's deletion notifies through the tenants store in serve; here by hand
+	testwait.Until(t, "the deleted cluster's judge gone on the replica that reloads", func() bool { got, _ := a.Settings("c1"); return got == (quality.JudgeSettings{}) })
+}
