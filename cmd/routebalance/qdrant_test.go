@@ -23,7 +23,7 @@ func TestServeQdrantClusterIndex(t *testing.T) {
 	big := vllmtest.New(t, vllmtest.Config{Model: "big"})
 	small := vllmtest.New(t, vllmtest.Config{Model: "small"})
 	base, stop := startServe(t, t.TempDir(), "--allow-private-endpoints", "--qdrant-url", fake.URL(),
-		"--qdrant-timeout", "2s", "--qdrant-cooldown", "100ms", "--metrics-token", "scrape")
+		"--qdrant-timeout", "20s", "--qdrant-cooldown", "100ms", "--metrics-token", "scrape")
 	defer stop() //nolint:errcheck
 	tok := postJSON(t, base+"/api/v1/signup", "", `{"email":"qd@example.com","password":"correct-horse-42","name":"Q"}`)["access_token"].(string)
 	cid := postJSON(t, base+"/api/v1/clusters", tok, `{"name":"c"}`)["id"].(string)

@@ -54,6 +54,26 @@ func (q qdrantFlags) open(ctx context.Context, log *slog.Logger) (*quality.Qdran
 	return qs, nil
 }
 
+// attachGlobalQdrant makes the operator-wide index search its Qdrant
+// collection when `index build --qdrant-url` recorded one in the index
+// directory and serve has --qdrant-url (the same breaker and fallback as
+// the cluster indexes); otherwise it changes nothing.
+func attachGlobalQdrant(ctx context.Context, qs *quality.QdrantStore, dir string, knn *estimate.KNN, log *slog.Logger) error {
+	if qs == nil || knn == nil {
+		return nil
+	}
+	man, err := estimate.ReadManifest(dir)
+	if err != nil || man.Qdrant == nil {
+		return err
+	}
+	if err := qs.AttachGlobal(ctx, knn, man.Qdrant.Collection); err != nil {
+		return fmt.Errorf("--index-dir %s with --qdrant-url: %w", dir, err)
+	}
+	log.Info("operator-wide index searches Qdrant", slog.String("collection", man.Qdrant.Collection),
+		slog.String("built_against", man.Qdrant.URL), slog.String("estimator", knn.Mode()))
+	return nil
+}
+
 // qdrantStats reads the Qdrant counters for telemetry.Deps.Qdrant (nil
 // without Qdrant: the series are absent).
 func qdrantStats(qs *quality.QdrantStore) func() telemetry.QdrantStats {

@@ -64,6 +64,7 @@ type QdrantStore struct {
 
 	ensureMu sync.Mutex
 	ensured  bool
+	extra    []*estimate.Qdrant // AttachGlobal's connections
 
 	searches, errs             atomic.Int64
 	fbOpen, fbError, fbMissing atomic.Int64
@@ -84,7 +85,7 @@ func OpenQdrant(ctx context.Context, cfg QdrantConfig, now func() time.Time, log
 	}
 	// Reconnect within seconds of Qdrant coming back (gRPC's default
 	// backoff grows to two minutes); the caller's options come after.
-	redial := grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
+	redial := grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second,
 		Backoff: backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second}})
 	cfg.Client.GRPCOptions = append([]grpc.DialOption{redial}, cfg.Client.GRPCOptions...)
 	c, err := estimate.DialQdrant(ctx, cfg.Client)
@@ -94,8 +95,34 @@ func OpenQdrant(ctx context.Context, cfg QdrantConfig, now func() time.Time, log
 	return &QdrantStore{cfg: cfg, client: c, br: NewBreaker(cfg.Breaker, "qdrant", now, log), log: log}, nil
 }
 
-// Close releases the connection.
-func (q *QdrantStore) Close() error { return q.client.Close() }
+// Close releases the connections.
+func (q *QdrantStore) Close() error {
+	for _, c := range q.extra {
+		c.Close()
+	}
+	return q.client.Close()
+}
+
+// AttachGlobal makes an operator-wide index opened from disk (not yet
+// shared) search the collection `routebalance index build --qdrant-url`
+// filled for it (point id = row), through the same deadline and breaker
+// as the cluster indexes, its local vectors the fallback.
+func (q *QdrantStore) AttachGlobal(ctx context.Context, knn *estimate.KNN, collection string) error {
+	cfg := q.cfg.Client
+	cfg.Collection = collection
+	c, err := estimate.DialQdrant(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	c.Attach(knn.Len(), knn.Dim())
+	x := &qdrantIndex{q: q, local: knn.BaseIndex(), cluster: "operator-wide index", whole: c}
+	if err := knn.SetBaseIndex(x); err != nil {
+		c.Close()
+		return err
+	}
+	q.extra = append(q.extra, c)
+	return nil
+}
 
 // Collection returns the collection's name.
 func (q *QdrantStore) Collection() string { return q.cfg.Client.Collection }
@@ -163,6 +190,7 @@ type qdrantIndex struct {
 	local   estimate.Index
 	cluster string
 	part    atomic.Pointer[estimate.QdrantPart]
+	whole   estimate.Index // instead of part: a collection of its own (the operator-wide index)
 	lost    atomic.Bool
 }
 
@@ -178,7 +206,10 @@ var errIncomplete = errors.New("qdrant: fewer hits than the cluster's rows")
 // in-process index on any failure; only the caller's own cancellation is
 // returned as an error.
 func (x *qdrantIndex) Search(ctx context.Context, queries []float32, k int, out []estimate.Neighbor) error {
-	part := x.part.Load()
+	var part estimate.Index = x.whole
+	if p := x.part.Load(); p != nil {
+		part = p
+	}
 	q := x.q
 	switch {
 	case part == nil || x.lost.Load():

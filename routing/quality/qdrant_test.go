@@ -24,7 +24,7 @@ import (
 
 // fastRedial makes the gRPC client reconnect within ~100 ms of the server
 // coming back (its default backoff reaches seconds).
-var fastRedial = grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 200 * time.Millisecond,
+var fastRedial = grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 10 * time.Second, // the machine may be loaded
 	Backoff: backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.5, MaxDelay: 100 * time.Millisecond}})
 
 // testClock is a settable clock for the breaker.
@@ -116,8 +116,8 @@ var approxEq = cmp.Comparer(func(x, y float64) bool { return math.Abs(x-y) < 1e-
 func openTestQdrant(t *testing.T, url string, clock *testClock, log *slog.Logger) *QdrantStore {
 	t.Helper()
 	qs, err := OpenQdrant(context.Background(), QdrantConfig{
-		Client:       estimate.QdrantConfig{URL: url, Timeout: 2 * time.Second, GRPCOptions: []grpc.DialOption{fastRedial}},
-		QueryTimeout: 2 * time.Second, // generous: the machine is loaded; the timeout's own path is the error path
+		Client:       estimate.QdrantConfig{URL: url, Timeout: 30 * time.Second, GRPCOptions: []grpc.DialOption{fastRedial}},
+		QueryTimeout: 20 * time.Second, // generous: the machine is loaded; the timeout's own path is the error path
 		Breaker:      BreakerConfig{Failures: 2, Cooldown: time.Minute},
 	}, clock.now, log)
 	if err != nil {
@@ -424,4 +424,54 @@ func BenchmarkQdrantClusterEstimate(b *testing.B) {
 	fake.Stop()
 	b.Run("breaker-open", func(b *testing.B) { run(b, remote) })
 	b.Logf("qdrant stats: %+v", qs.Stats())
+}
+
+// TestQdrantGlobalIndex: an operator-wide index whose directory records a
+// Qdrant collection (index build --qdrant-url) searches it through the
+// breaker after AttachGlobal, with the same estimates as its local
+// vectors, and falls back to them when Qdrant stops.
+func TestQdrantGlobalIndex(t *testing.T) {
+	fake := qdranttest.Start(t)
+	qs := openTestQdrant(t, fake.URL(), newTestClock(), nil)
+	ctx := context.Background()
+	recs := uniqueWorld(150, 11)
+	emb, err := estimate.NewBuiltin(estimate.DefaultBuiltinConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := estimate.Build(ctx, recs, estimate.Config{}, estimate.BuildOptions{Embedder: emb, NoHead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loader, err := estimate.DialQdrant(ctx, estimate.QdrantConfig{URL: fake.URL(), Collection: "global"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loader.Close()
+	if err := loader.Load(ctx, built.Vectors(), built.Dim(), recs, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := built.Save(dir, &estimate.QdrantSpec{URL: fake.URL(), Collection: "global"}); err != nil {
+		t.Fatal(err)
+	}
+	local, err := estimate.Open(dir, estimate.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, err := estimate.Open(dir, estimate.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qs.AttachGlobal(ctx, remote, "global"); err != nil {
+		t.Fatal(err)
+	}
+	want := estimateAll(t, local)
+	if diff := cmp.Diff(want, estimateAll(t, remote), approxEq); diff != "" || qs.Stats().Searches != 1 {
+		t.Errorf("searches %d; operator-wide estimates through Qdrant (-local +qdrant):\n%s", qs.Stats().Searches, diff)
+	}
+	fake.Stop()
+	if diff := cmp.Diff(want, estimateAll(t, remote), approxEq); diff != "" || qs.Stats().FallbackError != 1 {
+		t.Errorf("error fallbacks %d; estimates with Qdrant down (-local +fallback):\n%s", qs.Stats().FallbackError, diff)
+	}
 }
