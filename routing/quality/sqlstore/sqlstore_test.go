@@ -70,6 +70,13 @@ func upload(n int) string {
 	return b.String()
 }
 
+// seedCluster inserts tenant t1 and its cluster c1.
+func seedCluster(t *testing.T, db *sql.DB, pg bool) {
+	t.Helper()
+	exec(t, db, pg, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, '2026-01-01T00:00:00Z')`, "t1", "acme")
+	exec(t, db, pg, `INSERT INTO clusters (id, tenant_id, name, policy, created_at, updated_at) VALUES ('c1', 't1', 'c1', '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`)
+}
+
 func ready(t *testing.T, s *quality.Store, id string) quality.Status {
 	t.Helper()
 	testwait.Until(t, "index of "+id+" built", func() bool { return s.Status(id).State == quality.StateReady })
@@ -138,8 +145,7 @@ func TestJudgeSettingsStored(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, e dbtest.Engine) {
 		p, db := open(t, e)
 		pg := e.Pool != nil
-		exec(t, db, pg, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, '2026-01-01T00:00:00Z')`, "t1", "acme")
-		exec(t, db, pg, `INSERT INTO clusters (id, tenant_id, name, policy, created_at, updated_at) VALUES ('c1', 't1', 'c1', '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`)
+		seedCluster(t, db, pg)
 		ctx := context.Background()
 		for _, s := range []quality.JudgeSettings{{Enabled: true, Model: "a", SampleRate: 0.5, MonthlyBudgetUSD: 1}, {Enabled: true, Model: "b", SampleRate: 0.2, MonthlyBudgetUSD: 3}} {
 			if err := p.SaveJudge(ctx, "t1", "c1", s); err != nil {
@@ -168,8 +174,7 @@ func TestUploadReachesOtherReplicas(t *testing.T) {
 	pool := dbtest.Postgres(t)
 	e := dbtest.Engine{Pool: pool}
 	p, db := open(t, e)
-	exec(t, db, true, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, '2026-01-01T00:00:00Z')`, "t1", "acme")
-	exec(t, db, true, `INSERT INTO clusters (id, tenant_id, name, policy, created_at, updated_at) VALUES ('c1', 't1', 'c1', '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`)
+	seedCluster(t, db, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	a, b := start(t, p), start(t, p)
 	feed := tenantsql.NewPostgres(pool)
@@ -223,8 +228,7 @@ func TestJudgeSpendSurvivesRestart(t *testing.T) {
 	dbtest.Each(t, func(t *testing.T, e dbtest.Engine) {
 		p, db := open(t, e)
 		pg := e.Pool != nil
-		exec(t, db, pg, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, '2026-01-01T00:00:00Z')`, "t1", "acme")
-		exec(t, db, pg, `INSERT INTO clusters (id, tenant_id, name, policy, created_at, updated_at) VALUES ('c1', 't1', 'c1', '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`)
+		seedCluster(t, db, pg)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var now atomic.Int64 // the judges' clock, read by their goroutines
@@ -277,8 +281,7 @@ func TestJudgeSpendSurvivesRestart(t *testing.T) {
 func TestJudgeSettingsReachOtherReplicas(t *testing.T) {
 	pool := dbtest.Postgres(t)
 	p, db := open(t, dbtest.Engine{Pool: pool})
-	exec(t, db, true, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, '2026-01-01T00:00:00Z')`, "t1", "acme")
-	exec(t, db, true, `INSERT INTO clusters (id, tenant_id, name, policy, created_at, updated_at) VALUES ('c1', 't1', 'c1', '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`)
+	seedCluster(t, db, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	clock := func() time.Time { return time.Date(2026, 5, 20, 12, 0, 0, 0, time.UTC) }
 	mk := func() *quality.Judge {
