@@ -180,3 +180,33 @@ func BenchmarkRoute(b *testing.B) {
 		a.Release(routing.Outcome{OutputTokens: 10})
 	}
 }
+
+// TestScoreBatchAllocatesNothing: the decision loop of BenchmarkScoreBatch
+// (filters with SLOs set, score, LPT, greedy assignment) allocates nothing
+// once its scratch is warm, in every score form.
+func TestScoreBatchAllocatesNothing(t *testing.T) {
+	for _, mode := range []string{ScoreLight, ScoreRelative, ScoreRange, ScorePaper} {
+		core, tickets, ests := benchCore(t, 13, 8)
+		core.cfg.Score = mode
+		now := time.Unix(1, 0)
+		core.buildView(now)
+		saved := append([]slot(nil), core.view...)
+		core.live = append(core.live[:0], tickets...)
+		core.mu.Lock()
+		allocs := testing.AllocsPerRun(50, func() {
+			copy(core.view, saved)
+			core.orderBatch(ests)
+			for _, j := range core.order {
+				ch, err := core.choose(now, tickets[j].Req, &ests[j])
+				if err != nil {
+					t.Fatal(err)
+				}
+				core.take(&core.view[ch.cand.Index], ch.cand.Tokens)
+			}
+		})
+		core.mu.Unlock()
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per batch, want 0", mode, allocs)
+		}
+	}
+}

@@ -607,7 +607,7 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 		L := c.lens[m]
 		p := predict(v, prompt, L)
 		q := est.Quality[m]
-		fail := softFail(&filterInput{r: r, p: &p, q: q, lq: c.lensQ[m], budget: budget})
+		fail := softFail(filterInput{r: r, p: p, q: q, lq: c.lensQ[m], budget: budget})
 		if fail == 0 {
 			passAll++
 		}

@@ -106,8 +106,8 @@ func TestSoftFilters(t *testing.T) {
 		{"several", routing.Request{QualityFloor: 0.9, SLO: routing.SLO{TTFT: time.Millisecond, TPOT: time.Millisecond}}, 0.5, 100, []string{"ttft", "tpot", "quality"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := filterInput{r: &tc.r, p: &p, q: tc.q, lq: tc.lq, budget: tc.r.Budget()}
-			fail := softFail(&in)
+			in := filterInput{r: &tc.r, p: p, q: tc.q, lq: tc.lq, budget: tc.r.Budget()}
+			fail := softFail(in)
 			var got []string
 			for i := range softFilters {
 				if fail&softFilters[i].bit != 0 {
