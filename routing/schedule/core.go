@@ -638,77 +638,10 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 	// when any of its instances survived the hard filters.
 	if e := c.sticky.get(r.Workflow, now); e != nil {
 		if mi, ok := c.modelOf[e.model]; ok {
-			n := 0
-			for j := range cands {
-				if cands[j].Model == mi {
-					n++
-				}
-			}
-			if n > 0 && n < len(cands) {
-				keep, pass := 0, 0
-				for j := range cands {
-					if cands[j].Model == mi {
-						cands[keep] = cands[j]
-						keep++
-						if cands[j].fail == 0 {
-							pass++
-						}
-					}
-				}
-				cands, passAll = cands[:keep], pass
-			}
+			cands, passAll = keepModel(cands, mi, passAll)
 		}
 	}
-
-	var relaxed []string
-	// A budget nobody meets falls back to the cheapest candidate.
-	if budget > 0 {
-		cheapest := -1
-		for j := range cands {
-			if cands[j].fail&failBudget == 0 {
-				cheapest = -2
-				break
-			}
-			if cheapest < 0 || cands[j].Cost < cands[cheapest].Cost {
-				cheapest = j
-			}
-		}
-		if cheapest >= 0 {
-			cands[0] = cands[cheapest]
-			cands = cands[:1]
-			relaxed = append(relaxed, relaxName(failBudget))
-			normalise(cands, c.cfg.Score)
-			return cands, relaxed, nil
-		}
-	}
-	if passAll == len(cands) {
-		normalise(cands, c.cfg.Score)
-		return cands, nil, nil
-	}
-	mask := failTTFT | failTPOT | failE2E | failQuality | failBudget
-	for bit := failTTFT; ; bit <<= 1 {
-		n := 0
-		for j := range cands {
-			if cands[j].fail&mask == 0 {
-				n++
-			}
-		}
-		if n > 0 {
-			break
-		}
-		mask &^= bit
-		if hasFilter(r, bit) {
-			relaxed = append(relaxed, relaxName(bit))
-		}
-	}
-	keep := 0
-	for j := range cands {
-		if cands[j].fail&mask == 0 {
-			cands[keep] = cands[j]
-			keep++
-		}
-	}
-	cands = cands[:keep]
+	cands, relaxed := relax(r, cands, budget, passAll)
 	normalise(cands, c.cfg.Score)
 	return cands, relaxed, nil
 }

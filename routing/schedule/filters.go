@@ -85,3 +85,82 @@ func hasFilter(r *routing.Request, bit uint8) bool {
 	}
 	return false
 }
+
+// keepModel restricts cands to the candidates of model mi (workflow
+// stickiness) when some but not all of them are of it, and returns them
+// with how many pass every soft filter; otherwise cands and passAll as
+// they are.
+func keepModel(cands []Candidate, mi, passAll int) ([]Candidate, int) {
+	n := 0
+	for j := range cands {
+		if cands[j].Model == mi {
+			n++
+		}
+	}
+	if n == 0 || n == len(cands) {
+		return cands, passAll
+	}
+	keep, pass := 0, 0
+	for j := range cands {
+		if cands[j].Model == mi {
+			cands[keep] = cands[j]
+			keep++
+			if cands[j].fail == 0 {
+				pass++
+			}
+		}
+	}
+	return cands[:keep], pass
+}
+
+// relax applies the soft filters to cands, of which passAll fail none: a
+// budget no candidate meets keeps only the cheapest; otherwise the filters
+// are relaxed in table order until some candidate passes the rest, and
+// those are kept. It returns the survivors and the names of the active
+// filters it relaxed (README "Filters").
+func relax(r *routing.Request, cands []Candidate, budget float64, passAll int) ([]Candidate, []string) {
+	if budget > 0 {
+		cheapest := -1
+		for j := range cands {
+			if cands[j].fail&failBudget == 0 {
+				cheapest = -2
+				break
+			}
+			if cheapest < 0 || cands[j].Cost < cands[cheapest].Cost {
+				cheapest = j
+			}
+		}
+		if cheapest >= 0 {
+			cands[0] = cands[cheapest]
+			return cands[:1], []string{relaxName(failBudget)}
+		}
+	}
+	if passAll == len(cands) {
+		return cands, nil
+	}
+	var relaxed []string
+	mask := failTTFT | failTPOT | failE2E | failQuality | failBudget
+	for bit := failTTFT; ; bit <<= 1 {
+		n := 0
+		for j := range cands {
+			if cands[j].fail&mask == 0 {
+				n++
+			}
+		}
+		if n > 0 {
+			break
+		}
+		mask &^= bit
+		if hasFilter(r, bit) {
+			relaxed = append(relaxed, relaxName(bit))
+		}
+	}
+	keep := 0
+	for j := range cands {
+		if cands[j].fail&mask == 0 {
+			cands[keep] = cands[j]
+			keep++
+		}
+	}
+	return cands[:keep], relaxed
+}

@@ -255,3 +255,70 @@ func TestQualityWeightOneIsQualityOnly(t *testing.T) {
 		}
 	}
 }
+
+func TestKeepModel(t *testing.T) {
+	mk := func(models ...int) []Candidate {
+		var c []Candidate
+		for i, m := range models {
+			c = append(c, Candidate{Index: i, Model: m, fail: uint8(i % 2)}) // odd positions fail a filter
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name     string
+		c        []Candidate
+		mi, pass int
+		wantIdx  []int
+		wantPass int
+	}{
+		{"some of the model: only they stay", mk(0, 1, 1, 0, 1), 1, 3, []int{1, 2, 4}, 2},
+		{"none of the model: unchanged", mk(0, 0, 2), 1, 2, []int{0, 1, 2}, 2},
+		{"all of the model: unchanged", mk(1, 1), 1, 1, []int{0, 1}, 1},
+	} {
+		got, pass := keepModel(tc.c, tc.mi, tc.pass)
+		var idx []int
+		for _, c := range got {
+			idx = append(idx, c.Index)
+		}
+		if !cmp.Equal(idx, tc.wantIdx) || pass != tc.wantPass {
+			t.Errorf("%s: kept %v (pass %d), want %v (pass %d)", tc.name, idx, pass, tc.wantIdx, tc.wantPass)
+		}
+	}
+}
+
+func TestRelax(t *testing.T) {
+	slo := routing.Request{SLO: routing.SLO{TTFT: time.Second, TPOT: time.Millisecond}, QualityFloor: 0.5}
+	for _, tc := range []struct {
+		name        string
+		r           routing.Request
+		budget      float64
+		fails       []uint8
+		costs       []float64
+		wantIdx     []int
+		wantRelaxed []string
+	}{
+		{"all pass", slo, 0, []uint8{0, 0}, []float64{1, 2}, []int{0, 1}, nil},
+		{"the failing ones go", slo, 0, []uint8{failTTFT, 0, failQuality}, []float64{1, 2, 3}, []int{1}, nil},
+		{"nobody meets ttft: relaxed, tpot still applies", slo, 0, []uint8{failTTFT, failTTFT | failTPOT}, []float64{1, 2}, []int{0}, []string{"ttft"}},
+		{"relaxed in table order up to quality", slo, 0, []uint8{failTTFT | failQuality, failTPOT | failQuality}, []float64{1, 2}, []int{0, 1}, []string{"ttft", "tpot", "quality"}},
+		{"budget nobody meets: the cheapest", routing.Request{BudgetUSD: 1}, 1, []uint8{failBudget, failBudget, failBudget}, []float64{3, 1, 2}, []int{1}, []string{"budget"}},
+		{"budget some meet: filtered", routing.Request{BudgetUSD: 1}, 1, []uint8{failBudget, 0}, []float64{3, 1}, []int{1}, nil},
+	} {
+		var c []Candidate
+		pass := 0
+		for i, f := range tc.fails {
+			c = append(c, Candidate{Index: i, Cost: tc.costs[i], fail: f})
+			if f == 0 {
+				pass++
+			}
+		}
+		got, relaxed := relax(&tc.r, c, tc.budget, pass)
+		var idx []int
+		for _, x := range got {
+			idx = append(idx, x.Index)
+		}
+		if !cmp.Equal(idx, tc.wantIdx) || !cmp.Equal(relaxed, tc.wantRelaxed) {
+			t.Errorf("%s: kept %v relaxed %v, want %v %v", tc.name, idx, relaxed, tc.wantIdx, tc.wantRelaxed)
+		}
+	}
+}
