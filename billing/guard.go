@@ -193,9 +193,9 @@ type PeriodSpend struct {
 	Billed   Nano
 }
 
-// load replaces the ledger part with the ledger's totals for period.
-// (A batch committed while the totals were read may be missed or counted
-// twice until the next load.)
+// load replaces the ledger part with the ledger's totals for period. The
+// meter calls it with no write of its own in flight (Meter.loadMu), so
+// every batch this process committed is either in rows or settled after.
 func (g *Guard) load(period time.Time, rows []PeriodSpend) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -141,7 +141,39 @@ type Meter struct {
 	spillN   int // events in the active spill file
 	spillSeq int64
 
+	// loadMu orders spend reloads against writes: a write attempt holds R
+	// from Insert through settling the Guard, a reload holds W from
+	// reading the ledger's totals through replacing the Guard's ledger
+	// part, so no commit of this process lands between the two. loadGen
+	// counts reloads (written under W, read under R or W).
+	loadMu  sync.RWMutex
+	loadGen uint64
+
+	// replayMarks records, per replay file (owned by the goroutine that
+	// replays: the first writer, then shutdown), how far this process
+	// wrote and settled it, so an interrupted replay resumes there.
+	replayMarks map[string]replayMark
+
 	recorded, written, dups, spilled, replayed, lost, refused atomic.Int64
+}
+
+// unsure is the load generation at a batch's first failed write attempt,
+// whose commit may have happened even though the answer was an error; 0
+// means no attempt failed.
+type unsure uint64
+
+// failedBatch is a batch a writer could not write before Run's context
+// ended, with its uncertainty.
+type failedBatch struct {
+	evs []UsageEvent
+	u   unsure
+}
+
+// replayMark is how far a replay file got: its first done events are
+// committed and settled; u is the uncertainty of the batch after them.
+type replayMark struct {
+	done int
+	u    unsure
 }
 
 // Spill file names in SpillDir. Events in active and replay files were
@@ -172,7 +204,8 @@ func NewMeter(cfg Config, ledger Ledger, guard *Guard, log *slog.Logger, clock C
 	if err := os.MkdirAll(cfg.SpillDir, 0o700); err != nil {
 		return nil, fmt.Errorf("billing: spill dir: %w", err)
 	}
-	m := &Meter{cfg: cfg, ledger: ledger, guard: guard, log: log, clock: clock, ch: make(chan UsageEvent, cfg.Buffer)}
+	m := &Meter{cfg: cfg, ledger: ledger, guard: guard, log: log, clock: clock,
+		ch: make(chan UsageEvent, cfg.Buffer), loadGen: 1, replayMarks: map[string]replayMark{}}
 	if err := m.adoptLeftovers(); err != nil {
 		return nil, err
 	}
@@ -256,23 +289,23 @@ func (m *Meter) Run(ctx context.Context) error {
 		return m.shutdown(nil)
 	}
 	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		pending []UsageEvent
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []failedBatch
 	)
 	for w := range m.cfg.Writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if left := m.writer(ctx, w == 0); len(left) > 0 {
+			if left := m.writer(ctx, w == 0); len(left.evs) > 0 {
 				mu.Lock()
-				pending = append(pending, left...)
+				failed = append(failed, left)
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	return m.shutdown(pending)
+	return m.shutdown(failed)
 }
 
 // writer is one flusher goroutine: it takes the events recorded within
@@ -280,7 +313,7 @@ func (m *Meter) Run(ctx context.Context) error {
 // transaction; the first writer also replays
 // spill files and reloads the period spend. It returns when ctx ends, with
 // the batch it could not write.
-func (m *Meter) writer(ctx context.Context, first bool) []UsageEvent {
+func (m *Meter) writer(ctx context.Context, first bool) failedBatch {
 	var tick, refresh <-chan time.Time
 	if first {
 		t := time.NewTicker(m.cfg.ReplayInterval)
@@ -300,24 +333,20 @@ func (m *Meter) writer(ctx context.Context, first bool) []UsageEvent {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return failedBatch{}
 		case ev := <-m.ch:
 			batch = m.collect(ctx, linger, append(batch[:0], ev))
-			if err := m.write(ctx, batch, true); err != nil {
-				return batch
+			if u, err := m.write(ctx, batch, true, 0); err != nil {
+				return failedBatch{evs: batch, u: u}
 			}
 		case <-tick:
 			if err := m.replay(ctx); err != nil {
-				return nil
+				return failedBatch{}
 			}
 		case <-refresh:
-			period := PeriodStart(m.clock.Now())
-			rows, err := m.ledger.PeriodSpend(ctx, period)
-			if err != nil {
+			if err := m.reloadSpend(ctx); err != nil {
 				m.log.Warn("billing: reload period spend", slog.Any("err", err))
-				continue
 			}
-			m.guard.load(period, rows)
 		}
 	}
 }
@@ -359,38 +388,56 @@ func (m *Meter) fill(batch []UsageEvent) []UsageEvent {
 }
 
 func (m *Meter) loadSpend(ctx context.Context) error {
-	return m.retry(ctx, "load period spend", func() error {
-		period := PeriodStart(m.clock.Now())
-		rows, err := m.ledger.PeriodSpend(ctx, period)
-		if err != nil {
-			return err
-		}
-		m.guard.load(period, rows)
-		return nil
-	})
+	return m.retry(ctx, "load period spend", func() error { return m.reloadSpend(ctx) })
 }
 
-// write inserts batch, retrying with backoff until it succeeds or ctx ends,
-// then settles each event in the Guard. booked says the events were
-// booked by this process's Record. An event the insert did not report is a
-// duplicate — unless an earlier attempt failed: its outcome is unknown, so
-// the event may be this batch's own row and is counted as stored (the next
-// spend reload corrects a true duplicate).
-func (m *Meter) write(ctx context.Context, batch []UsageEvent, booked bool) error {
-	uncertain := false
-	var inserted []string
-	err := m.retry(ctx, "write usage batch", func() error {
-		ids, err := m.ledger.Insert(ctx, batch)
-		if err != nil {
-			uncertain = true
-			return err
-		}
-		inserted = ids
-		return nil
-	})
+// reloadSpend replaces the Guard's ledger part with the ledger's totals
+// of the current month. It holds loadMu's write side, so no write of this
+// process commits between reading the totals and installing them.
+func (m *Meter) reloadSpend(ctx context.Context) error {
+	m.loadMu.Lock()
+	defer m.loadMu.Unlock()
+	period := PeriodStart(m.clock.Now())
+	rows, err := m.ledger.PeriodSpend(ctx, period)
 	if err != nil {
 		return err
 	}
+	m.guard.load(period, rows)
+	m.loadGen++
+	return nil
+}
+
+// write inserts batch, retrying with backoff until it succeeds or ctx ends,
+// then settles each event in the Guard; on error it returns the batch's
+// uncertainty for the caller's next write of it. booked says the events
+// were booked by this process's Record; u is the batch's uncertainty from
+// an earlier write (0 for a fresh batch). An event the insert did not
+// report is a duplicate — unless an earlier attempt failed: its outcome is
+// unknown, so the event may be this batch's own row and, when no reload
+// has read the ledger since that attempt, is counted as stored (a reload
+// after it already counted the row; the next reload corrects a true
+// duplicate).
+func (m *Meter) write(ctx context.Context, batch []UsageEvent, booked bool, u unsure) (unsure, error) {
+	err := m.retry(ctx, "write usage batch", func() error {
+		m.loadMu.RLock()
+		defer m.loadMu.RUnlock()
+		ids, err := m.ledger.Insert(ctx, batch)
+		if err != nil {
+			if u == 0 {
+				u = unsure(m.loadGen)
+			}
+			return err
+		}
+		m.settle(batch, ids, booked, booked && u != 0 && uint64(u) == m.loadGen)
+		return nil
+	})
+	return u, err
+}
+
+// settle moves a written batch's events in the Guard: an inserted event
+// counts as stored, one the insert skipped counts as stored only when
+// ownUnreported (see write). The caller holds loadMu.
+func (m *Meter) settle(batch []UsageEvent, inserted []string, booked, ownUnreported bool) {
 	m.written.Add(int64(len(inserted)))
 	m.dups.Add(int64(len(batch) - len(inserted)))
 	fresh := make(map[string]int, len(inserted))
@@ -403,9 +450,8 @@ func (m *Meter) write(ctx context.Context, batch []UsageEvent, booked bool) erro
 		if stored {
 			fresh[ev.RequestID]--
 		}
-		m.guard.settle(ev, booked, stored || (uncertain && booked))
+		m.guard.settle(ev, booked, stored || ownUnreported)
 	}
-	return nil
 }
 
 // retry runs fn until it succeeds, sleeping MinBackoff, 2×, 4×… up to
@@ -549,6 +595,9 @@ func (m *Meter) replayFiles(ctx context.Context, prefix string) error {
 	return nil
 }
 
+// replayFile writes path's events in batches, resuming after the events an
+// earlier, interrupted replay of it by this process wrote and settled (the
+// file does not change once rotated), so no event is settled twice.
 func (m *Meter) replayFile(ctx context.Context, path string, booked bool) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -558,15 +607,21 @@ func (m *Meter) replayFile(ctx context.Context, path string, booked bool) error 
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	mark := m.replayMarks[path]
 	batch := make([]UsageEvent, 0, m.cfg.Batch)
+	seen := 0 // decoded events before batch
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		if err := m.write(ctx, batch, booked); err != nil {
+		u, err := m.write(ctx, batch, booked, mark.u)
+		if err != nil {
+			m.replayMarks[path] = replayMark{done: mark.done, u: u}
 			return err
 		}
 		m.replayed.Add(int64(len(batch)))
+		mark = replayMark{done: mark.done + len(batch)}
+		m.replayMarks[path] = mark
 		batch = batch[:0]
 		return nil
 	}
@@ -574,6 +629,9 @@ func (m *Meter) replayFile(ctx context.Context, path string, booked bool) error 
 		ev, err := decodeSpillLine(sc.Bytes())
 		if err != nil {
 			m.log.Warn("billing: skipping torn spill line", slog.String("path", path), slog.Any("err", err))
+			continue
+		}
+		if seen++; seen <= mark.done {
 			continue
 		}
 		batch = append(batch, ev)
@@ -591,22 +649,25 @@ func (m *Meter) replayFile(ctx context.Context, path string, booked bool) error 
 	}
 	if err := os.Remove(path); err != nil {
 		m.log.Error("billing: remove replayed spill file", slog.String("path", path), slog.Any("err", err))
+		return nil // the mark stays: a later replay skips the settled events
 	}
+	delete(m.replayMarks, path)
 	return nil
 }
 
-// shutdown closes the queue, then writes pending plus everything queued
-// and this process's replay files within ShutdownTimeout; what is left is
-// spilled for the next start.
-func (m *Meter) shutdown(pending []UsageEvent) error {
+// shutdown closes the queue, then writes the writers' failed batches
+// (with their uncertainty), everything queued and this process's replay
+// files within ShutdownTimeout; what is left is spilled for the next
+// start.
+func (m *Meter) shutdown(failed []failedBatch) error {
 	m.mu.Lock()
 	m.closed = true
 	m.mu.Unlock()
-	rest := append([]UsageEvent(nil), pending...)
+	var queued []UsageEvent
 	for {
 		select {
 		case ev := <-m.ch:
-			rest = append(rest, ev)
+			queued = append(queued, ev)
 			continue
 		default:
 		}
@@ -614,16 +675,23 @@ func (m *Meter) shutdown(pending []UsageEvent) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.ShutdownTimeout)
 	defer cancel()
-	for len(rest) > 0 {
-		n := min(len(rest), m.cfg.Batch)
-		if err := m.write(ctx, rest[:n], true); err != nil {
-			m.log.Error("billing: database unreachable at shutdown; spilling usage events for the next start",
-				slog.Int("events", len(rest)))
-			m.spill(rest)
-			rest = nil
-			break
+	var rest []UsageEvent
+	for _, fb := range failed {
+		if len(rest) == 0 {
+			rest = m.writeAll(ctx, fb.evs, fb.u)
+		} else {
+			rest = append(rest, fb.evs...)
 		}
-		rest = rest[n:]
+	}
+	if len(rest) == 0 {
+		rest = m.writeAll(ctx, queued, 0)
+	} else {
+		rest = append(rest, queued...)
+	}
+	if len(rest) > 0 {
+		m.log.Error("billing: database unreachable at shutdown; spilling usage events for the next start",
+			slog.Int("events", len(rest)))
+		m.spill(rest)
 	}
 	if ctx.Err() == nil {
 		_ = m.replay(ctx)
@@ -634,6 +702,19 @@ func (m *Meter) shutdown(pending []UsageEvent) error {
 		if err := m.spillF.Sync(); err != nil {
 			m.log.Error("billing: sync spill file", slog.Any("err", err))
 		}
+	}
+	return nil
+}
+
+// writeAll writes booked evs in batches (the first with uncertainty u) and
+// returns the events it could not write before ctx ended.
+func (m *Meter) writeAll(ctx context.Context, evs []UsageEvent, u unsure) []UsageEvent {
+	for len(evs) > 0 {
+		n := min(len(evs), m.cfg.Batch)
+		if _, err := m.write(ctx, evs[:n], true, u); err != nil {
+			return evs
+		}
+		evs, u = evs[n:], 0
 	}
 	return nil
 }
