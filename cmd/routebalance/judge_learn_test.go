@@ -23,6 +23,15 @@ import (
 // judgeLearnRequests is N of TestEmulatedJudgeLearns: the requests sent.
 const judgeLearnRequests = 30000
 
+// judgeRound is how many requests TestEmulatedJudgeLearns sends before it
+// lets the judge's queue drain.
+const judgeRound = 160
+
+// judgeGapShare is the share of the gap between the best single model and
+// the oracle that the quality preset's served quality must close after
+// the judge.
+const judgeGapShare = 0.15
+
 // TestEmulatedJudgeLearns is the proof that the judge learns: the four
 // models of the demo set behind serve, no quality index, every prior 0.5;
 // the 51B instance is the cluster's judge-kind instance (it scores an
@@ -35,7 +44,10 @@ const judgeLearnRequests = 30000
 // the whole demo set (every prompt sent to every model, Q̂ read from
 // X-RouteBalance-Predicted-Quality) must be within 0.05 of its true mean,
 // and the quality preset's served quality over the set (the true label of
-// the model it chose) must have risen by ≥ 0.05 since before the judge.
+// the model it chose, one request at a time) must beat the best single
+// model and close ≥ judgeGapShare of the gap from it to the oracle. The
+// traffic goes in rounds the judge drains, so no sample is dropped and
+// what is learned does not depend on the machine's speed.
 func TestEmulatedJudgeLearns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends 30,000 requests")
@@ -133,13 +145,13 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 		q, _ := strconv.ParseFloat(resp.Header.Get("X-RouteBalance-Predicted-Quality"), 64)
 		return outcome{quality: quality, model: m, qhat: q, label: it.Scores[m]}, nil
 	}
-	// run sends n requests from 4 workers: request i is job(i).
-	run := func(n int, job func(i int) (demoset.Item, string, bool)) []outcome {
+	// run sends n requests from workers goroutines: request i is job(i).
+	run := func(n, workers int, job func(i int) (demoset.Item, string, bool)) []outcome {
 		results := make([]outcome, n)
 		var wg sync.WaitGroup
 		next := make(chan int)
 		var failed sync.Once
-		for w := 0; w < 4; w++ {
+		for w := 0; w < workers; w++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -163,11 +175,13 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 		return results
 	}
 	// servedQuality is the quality preset's served quality over the whole
-	// demo set: the mean true label of the models it chose.
+	// demo set: the mean true label of the models it chose. One request at
+	// a time, so every decision sees an idle fleet and the choice depends
+	// on the Q̂ alone, not on how a loaded machine interleaves requests.
 	servedQuality := func() float64 {
 		var sum float64
 		chosen := map[string]int{}
-		for _, r := range run(len(items), func(i int) (demoset.Item, string, bool) { return items[i], "auto", true }) {
+		for _, r := range run(len(items), 1, func(i int) (demoset.Item, string, bool) { return items[i], "auto", true }) {
 			sum += r.label
 			chosen[r.model]++
 		}
@@ -185,25 +199,39 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 	}
 
 	// Traffic: the demo prompts in turn, three in four round-robin, one
-	// in four with the quality preset.
-	run(requests, func(i int) (demoset.Item, string, bool) { return items[i%len(items)], "auto", i%4 == 3 })
-	if t.Failed() {
-		return judgeStats{}
-	}
-	// The last samples may still be with the judge.
+	// in four with the quality preset, in rounds of judgeRound requests;
+	// after each round the judge's queue drains. A round samples ≈ 32
+	// answers (rate 0.2), half the judge's queue of 64, so no sample is
+	// dropped however slowly the judge runs on a loaded machine: what is
+	// learned does not depend on the machine's speed.
 	var st struct {
 		Stats judgeStats `json:"stats"`
 	}
-	testwait.Until(t, "judge queue drained", func() bool {
-		_, body := doReq(t, "GET", base+"/api/v1/clusters/"+cid+"/quality-judge", tok, "")
-		json.Unmarshal([]byte(body), &st) //nolint:errcheck
-		return st.Stats.Judged+st.Stats.Dropped+st.Stats.Failed >= st.Stats.Sampled
-	})
+	drained := func() {
+		testwait.Until(t, "judge queue drained", func() bool {
+			_, body := doReq(t, "GET", base+"/api/v1/clusters/"+cid+"/quality-judge", tok, "")
+			json.Unmarshal([]byte(body), &st) //nolint:errcheck
+			return st.Stats.Judged+st.Stats.Dropped+st.Stats.Failed >= st.Stats.Sampled
+		})
+	}
+	for from := 0; from < requests && !t.Failed(); from += judgeRound {
+		run(min(judgeRound, requests-from), 4, func(i int) (demoset.Item, string, bool) {
+			i += from
+			return items[i%len(items)], "auto", i%4 == 3
+		})
+		drained()
+	}
+	if t.Failed() {
+		return judgeStats{}
+	}
 	t.Logf("judge: %d sampled, %d judged, %d dropped, %d failed, labels %v, spent $%.6f, $%.8f per label",
 		st.Stats.Sampled, st.Stats.Judged, st.Stats.Dropped, st.Stats.Failed, st.Stats.Labels, st.Stats.Spent, st.Stats.PerLabel)
 
 	if !check {
 		return st.Stats
+	}
+	if st.Stats.Dropped+st.Stats.Failed > 0 {
+		t.Errorf("judge dropped %d and failed %d samples; the rounds are paced so that none is", st.Stats.Dropped, st.Stats.Failed)
 	}
 	// Judge calls are metered to the tenant as their own usage group.
 	var usage struct {
@@ -233,7 +261,7 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 	}
 	models := demoset.Models()
 	sort.Strings(models)
-	sweep := run(len(items)*len(models), func(i int) (demoset.Item, string, bool) {
+	sweep := run(len(items)*len(models), 4, func(i int) (demoset.Item, string, bool) {
 		return items[i/len(models)], models[i%len(models)], false
 	})
 	sum, truth := map[string]float64{}, map[string]float64{}
@@ -265,9 +293,18 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 		bestSingle = math.Max(bestSingle, v)
 	}
 	last := servedQuality()
-	t.Logf("quality preset over the %d demo prompts: served quality %.3f before the judge, %.3f after %d requests with it; best single model %.3f, oracle %.3f", len(items), first, last, requests, bestSingle, oracle)
-	if !(last >= first+0.05) || !(last <= oracle) {
-		t.Errorf("the quality preset's served quality went from %.3f to %.3f, want a rise of ≥ 0.05 toward the oracle's %.3f", first, last, oracle)
+	// Without per-prompt knowledge the preset can at best serve the best
+	// single model (or what it served before the judge, if that was
+	// higher): ref. What the judge taught must show as per-prompt routing
+	// that beats ref and closes at least judgeGapShare of the gap from ref
+	// to the oracle (the best label per prompt).
+	ref := math.Max(first, bestSingle)
+	share := (last - ref) / (oracle - ref)
+	t.Logf("quality preset over the %d demo prompts: served quality %.3f before the judge, %.3f after %d requests with it; best single model %.3f, oracle %.3f: %.0f %% of the gap from %.3f to the oracle closed",
+		len(items), first, last, requests, bestSingle, oracle, 100*share, ref)
+	if !(share >= judgeGapShare) || !(last <= oracle) {
+		t.Errorf("the quality preset's served quality went from %.3f to %.3f: %.0f %% of the gap from %.3f (best single model %.3f) to the oracle's %.3f, want ≥ %.0f %%",
+			first, last, 100*share, ref, bestSingle, oracle, 100*judgeGapShare)
 	}
 	return st.Stats
 }
