@@ -245,7 +245,16 @@ func newInfEnv(t testing.TB, o envOpts) *infEnv {
 		t.Fatal(err)
 	}
 	go func() { _ = s.App().Listener(ln) }()
-	t.Cleanup(func() { _ = s.App().ShutdownWithTimeout(5 * time.Second) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+		// Every request's context ended (a leaked one would keep Shutdown
+		// waiting and count as running).
+		if n := s.running.Load(); n != 0 {
+			t.Errorf("%d requests still counted as running after Shutdown", n)
+		}
+	})
 	e.url = "http://" + ln.Addr().String()
 	return e
 }

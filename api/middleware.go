@@ -10,6 +10,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -246,15 +247,32 @@ func (s *Server) recoverPanic(c *fiber.Ctx) (err error) {
 // over with requestCancel (streaming responses, which run after the
 // handler has returned).
 func (s *Server) userContext(c *fiber.Ctx) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(s.base, s.cfg.RequestTimeout)
+	r := &liveRequest{cancel: cancel, running: &s.running}
+	s.running.Add(1)
 	taken := false
-	c.Locals(localCancel, func() context.CancelFunc { taken = true; return cancel })
+	c.Locals(localCancel, func() context.CancelFunc { taken = true; return r.end })
 	c.SetUserContext(ctx)
 	err := c.Next()
 	if !taken {
-		cancel()
+		r.end()
 	}
 	return err
+}
+
+// liveRequest is one request's context cancel, counted in the server's
+// running requests until its first end.
+type liveRequest struct {
+	cancel  context.CancelFunc
+	running *atomic.Int64
+	ended   atomic.Bool
+}
+
+func (r *liveRequest) end() {
+	if r.ended.CompareAndSwap(false, true) {
+		r.cancel()
+		r.running.Add(-1)
+	}
 }
 
 // requestCancel hands the request context's cancel function to the caller,

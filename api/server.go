@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -44,6 +45,14 @@ type Server struct {
 	// clock is Deps.Inference.Clock (default the wall clock); the usage
 	// report's default range is taken from it.
 	clock routing.Clock
+	// base is the parent of every request's context; Shutdown cancels it
+	// when the grace period ends with requests still running, so they end
+	// (and meter what they served) before the caller stops the meter.
+	base     context.Context
+	stopBase context.CancelFunc
+	// running counts requests whose context is live (userContext to the
+	// request's cancel, which for a stream is its end).
+	running atomic.Int64
 }
 
 // Config holds the HTTP settings.
@@ -159,6 +168,7 @@ func New(cfg Config, deps Deps) *Server {
 		deps.Log = slog.Default()
 	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Log, clock: deps.Inference.Clock, ips: ipStrings{max: 4096}}
+	s.base, s.stopBase = context.WithCancel(context.Background())
 	if deps.AccessLog != nil {
 		s.access = newAccessWriter(deps.AccessLog)
 	}
@@ -228,7 +238,29 @@ func (s *Server) requireMetricsToken(c *fiber.Ctx) error {
 func (s *Server) App() *fiber.App { return s.app }
 
 // Shutdown stops accepting connections and waits for in-flight requests
-// (streams included) until ctx ends.
+// (streams included) until ctx ends. Requests still running then are
+// cancelled — a stream ends as if its client had left — and Shutdown
+// waits up to cutSettle more for them to finish, so that what they served
+// is metered before the caller stops the meter. It returns ctx's error
+// when requests had to be cut.
 func (s *Server) Shutdown(ctx context.Context) error {
-	return s.app.ShutdownWithContext(ctx)
+	err := s.app.ShutdownWithContext(ctx)
+	if err == nil && s.running.Load() == 0 {
+		return nil
+	}
+	s.stopBase()
+	deadline := time.Now().Add(cutSettle)
+	for s.running.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := s.running.Load(); n > 0 {
+		s.log.Error("requests still running after the shutdown grace and their cancellation; their usage may be spilled or lost", slog.Int64("requests", n))
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return err
 }
+
+// cutSettle bounds how long Shutdown waits for cancelled requests to end.
+const cutSettle = 5 * time.Second

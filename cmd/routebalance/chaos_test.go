@@ -325,7 +325,7 @@ func TestChaosSIGTERMUnderLoad(t *testing.T) {
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 60, TokenDelay: 10 * time.Millisecond})
 	// The drain gets a minute, not startServe's 5 s: 32 requests of 0.6 s
 	// each took longer than 5 s on a loaded machine, and a request still
-	// running at the deadline is metered after the ledger was read here.
+	// running at the deadline is cut (TestChaosSIGTERMPastGrace covers that).
 	base, stop := startServe(t, dir, "--allow-private-endpoints", "--shutdown-timeout", "1m")
 	key := chaosTenant(t, base, up)
 	const streams, calls = 24, 8
@@ -349,6 +349,34 @@ func TestChaosSIGTERMUnderLoad(t *testing.T) {
 		}
 	}
 	assertExactlyOnce(t, reached(up), sqliteLedger(dir)(t), streams+calls)
+}
+
+// TestChaosSIGTERMPastGrace stops the service while streams that run far
+// longer than the shutdown grace are in flight: at the end of the grace
+// they are cut, and each is still metered exactly once (what it served),
+// in the ledger when serve returns, not left for a later start.
+func TestChaosSIGTERMPastGrace(t *testing.T) {
+	dir := t.TempDir()
+	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 2000, TokenDelay: 10 * time.Millisecond})
+	base, stop := startServe(t, dir, "--allow-private-endpoints", "--shutdown-timeout", "300ms")
+	key := chaosTenant(t, base, up)
+	const streams = 6
+	done := make(chan []outcome, 1)
+	go func() { done <- fire(context.Background(), base, key, streams, true, 0) }()
+	testwait.Until(t, "every stream reached the instance", func() bool { return len(up.Requests()) >= streams })
+	if err := stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	outs := <-done
+	for _, o := range outs {
+		if o.status == 200 && strings.Contains(o.body, "data: [DONE]") {
+			t.Errorf("a 20 s stream finished within a 0.3 s grace: the scenario did not cut it")
+		}
+	}
+	if spilled := spillFiles(t, dir); len(spilled) > 0 {
+		t.Errorf("usage spilled for a later start instead of metered before serve returned: %v", spilled)
+	}
+	assertExactlyOnce(t, reached(up), sqliteLedger(dir)(t), streams)
 }
 
 // chaosPostgres creates a fresh schema on the test server (DATABASE_URL
