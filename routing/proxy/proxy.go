@@ -81,6 +81,10 @@ type Config struct {
 	// MaxErrorBytes caps how much of an upstream error body is read
 	// (default 64 KiB).
 	MaxErrorBytes int64
+	// DrainTimeout bounds reading the end of a stream's body after [DONE],
+	// which returns the connection to the keep-alive pool (default 100ms;
+	// an upstream that lingers longer loses its connection).
+	DrainTimeout time.Duration
 }
 
 // Default returns the default Config.
@@ -97,6 +101,7 @@ func Default() Config {
 		MaxResponseBytes:      32 << 20,
 		MaxEventBytes:         1 << 20,
 		MaxErrorBytes:         64 << 10,
+		DrainTimeout:          100 * time.Millisecond,
 	}
 }
 
@@ -105,6 +110,9 @@ func (c Config) withDefaults() Config {
 	d := Default()
 	if c.DialTimeout == 0 {
 		c.DialTimeout = d.DialTimeout
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = d.DrainTimeout
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = d.KeepAlive

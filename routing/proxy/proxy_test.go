@@ -247,7 +247,10 @@ func TestStreamsReuseUpstreamConnections(t *testing.T) {
 	// The upstream ends its body a moment after [DONE], so the relay has
 	// to read the end of the body for the connection to be reused.
 	up := vllmtest.New(t, vllmtest.Config{Tokens: 3, LingerAfterDone: 20 * time.Millisecond})
-	p := newProxy(t, Config{})
+	// A drain bound a loaded machine meets: 20 ms of linger plus being
+	// scheduled can pass the default 100 ms, and then the connection is
+	// (rightly) dropped.
+	p := newProxy(t, Config{DrainTimeout: testwait.Bound})
 	for i := 0; i < 3; i++ {
 		call := &Call{Endpoint: Chat, Stream: true, Body: rawBody(t, `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)}
 		resp, err := p.Open(context.Background(), instance(up.URL), call)
@@ -260,6 +263,30 @@ func TestStreamsReuseUpstreamConnections(t *testing.T) {
 	}
 	if n := up.Conns(); n != 1 {
 		t.Errorf("three sequential streams used %d connections, want 1 (keep-alive)", n)
+	}
+}
+
+// An upstream that keeps its body open long after [DONE] loses the
+// connection at DrainTimeout instead of holding the relay.
+func TestStreamDrainGivesUpOnALingeringUpstream(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 3, LingerAfterDone: 2 * time.Second})
+	p := newProxy(t, Config{DrainTimeout: 5 * time.Millisecond})
+	for i := 0; i < 2; i++ {
+		call := &Call{Endpoint: Chat, Stream: true, Body: rawBody(t, `{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}`)}
+		resp, err := p.Open(context.Background(), instance(up.URL), call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if res := resp.Relay(context.Background(), &recorder{}, nil); res.Status != ResultOK {
+			t.Fatalf("status %q", res.Status)
+		}
+		if d := time.Since(start); d >= 2*time.Second {
+			t.Fatalf("the relay waited %v, the whole linger, instead of giving up on the drain", d)
+		}
+	}
+	if n := up.Conns(); n != 2 {
+		t.Errorf("two streams whose upstream lingered used %d connections, want 2 (a cut connection is not reused)", n)
 	}
 }
 

@@ -221,12 +221,9 @@ type chunk struct {
 	} `json:"choices"`
 }
 
-// After [DONE], at most drainBytes are read within drainTimeout to let the
-// upstream connection be reused.
-const (
-	drainBytes   = 64 << 10
-	drainTimeout = 100 * time.Millisecond
-)
+// After [DONE], at most drainBytes are read within Config.DrainTimeout to
+// let the upstream connection be reused.
+const drainBytes = 64 << 10
 
 // streamState tracks one relayed stream.
 type streamState struct {
@@ -355,8 +352,8 @@ func (r *Response) relayStream(ctx context.Context, w Writer, prog Progress) Res
 	if done && readErr == nil {
 		// Read the end of the body (vLLM closes the chunked body right
 		// after [DONE]) so the connection goes back to the keep-alive
-		// pool; an upstream that lingers is cut after drainTimeout.
-		idle.Reset(drainTimeout)
+		// pool; an upstream that lingers is cut after DrainTimeout.
+		idle.Reset(r.p.cfg.DrainTimeout)
 		_, _ = io.Copy(io.Discard, io.LimitReader(r.body, drainBytes))
 	}
 
