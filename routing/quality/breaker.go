@@ -92,6 +92,13 @@ func (b *Breaker) Allow() bool {
 func (b *Breaker) Done(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.state == BreakerOpen {
+		// A call let through before the breaker opened, answering late:
+		// the failures since have decided, and its success must not close
+		// the breaker on a service that is down (no probe is out while
+		// open).
+		return
+	}
 	b.probing = false
 	if err == nil {
 		b.fails = 0

@@ -318,12 +318,17 @@ func TestBreaker(t *testing.T) {
 	}
 	b.Allow()
 	b.Done(nil) // a success resets the count
+	b.Allow()   // a slow call, let through while closed, answers after the breaker opened
 	for i := 0; i < 3; i++ {
 		b.Allow()
 		b.Done(fail)
 	}
 	if st, opens := b.State(); st != BreakerOpen || opens != 1 {
 		t.Fatalf("after 3 consecutive failures: state %d opens %d, want open once", st, opens)
+	}
+	b.Done(nil) // the slow call's late success
+	if st, _ := b.State(); st != BreakerOpen {
+		t.Fatalf("a late success of a call from before the opening closed the breaker (state %d)", st)
 	}
 	if b.Allow() {
 		t.Error("open breaker allowed a call before the cool-down")
