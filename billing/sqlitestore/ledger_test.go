@@ -26,14 +26,7 @@ import (
 // double-counts an event.
 func TestInsertFailedBatchCommitsNothingAndRetriesOnce(t *testing.T) {
 	ctx := context.Background()
-	db, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := migrations.ApplySQLite(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := migratedDB(t)
 	s := sqlitestore.New(db)
 	now := time.Date(2026, 2, 3, 4, 5, 6, 0, time.UTC)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -124,14 +117,7 @@ func init() {
 // retry with a live context inserts each event once.
 func TestInsertCancelledMidBatchCommitsNothing(t *testing.T) {
 	ctx := context.Background()
-	db, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := migrations.ApplySQLite(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := migratedDB(t)
 	if _, err := db.ExecContext(ctx, `CREATE TRIGGER cancel_at BEFORE INSERT ON billing_usage
 		BEGIN SELECT rb_test_cancel(5); END`); err != nil {
 		t.Fatal(err)
@@ -163,4 +149,19 @@ func TestInsertCancelledMidBatchCommitsNothing(t *testing.T) {
 	if len(ids) != len(evs) || countRows(t, db) != len(evs) {
 		t.Errorf("retry: %d ids, %d rows; want %d of each", len(ids), countRows(t, db), len(evs))
 	}
+}
+
+// migratedDB is a fresh SQLite file with the migrations applied, closed
+// when the test ends.
+func migratedDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := migrations.ApplySQLite(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }

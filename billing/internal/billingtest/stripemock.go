@@ -2,7 +2,6 @@ package billingtest
 
 import (
 	"bufio"
-	"bytes"
 	"go/build"
 	"io"
 	"os"
@@ -10,11 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/routebalance/routebalance/internal/syncbuf"
 	"github.com/routebalance/routebalance/internal/testenv"
 )
 
@@ -84,24 +83,8 @@ func StripeMock(t testing.TB) string {
 	return ""
 }
 
-// lockedBuffer is a bytes.Buffer safe for the writer exec starts and the
-// test reading it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a buffer safe for concurrent writers and readers.
+type lockedBuffer = syncbuf.Buffer
 
 // DeadURL returns an http URL on a loopback port nothing listens on, and
 // nothing can: the port stays bound (never listening) to a socket held
