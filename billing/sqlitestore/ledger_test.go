@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -15,8 +14,7 @@ import (
 
 	"github.com/routebalance/routebalance/billing"
 	"github.com/routebalance/routebalance/billing/sqlitestore"
-	"github.com/routebalance/routebalance/migrations"
-	"github.com/routebalance/routebalance/tenants/sqlstore"
+	"github.com/routebalance/routebalance/migrations/dbtest"
 )
 
 // A batch that fails part-way (a row the database refuses) commits none
@@ -26,7 +24,7 @@ import (
 // double-counts an event.
 func TestInsertFailedBatchCommitsNothingAndRetriesOnce(t *testing.T) {
 	ctx := context.Background()
-	db := migratedDB(t)
+	db := dbtest.SQLite(t)
 	s := sqlitestore.New(db)
 	now := time.Date(2026, 2, 3, 4, 5, 6, 0, time.UTC)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -117,7 +115,7 @@ func init() {
 // retry with a live context inserts each event once.
 func TestInsertCancelledMidBatchCommitsNothing(t *testing.T) {
 	ctx := context.Background()
-	db := migratedDB(t)
+	db := dbtest.SQLite(t)
 	if _, err := db.ExecContext(ctx, `CREATE TRIGGER cancel_at BEFORE INSERT ON billing_usage
 		BEGIN SELECT rb_test_cancel(5); END`); err != nil {
 		t.Fatal(err)
@@ -149,19 +147,4 @@ func TestInsertCancelledMidBatchCommitsNothing(t *testing.T) {
 	if len(ids) != len(evs) || countRows(t, db) != len(evs) {
 		t.Errorf("retry: %d ids, %d rows; want %d of each", len(ids), countRows(t, db), len(evs))
 	}
-}
-
-// migratedDB is a fresh SQLite file with the migrations applied, closed
-// when the test ends.
-func migratedDB(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := sqlstore.OpenSQLite(filepath.Join(t.TempDir(), "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := migrations.ApplySQLite(context.Background(), db); err != nil {
-		t.Fatal(err)
-	}
-	return db
 }
