@@ -2,6 +2,7 @@
 // and usage rows from GET /api/v1/usage.
 
 import { list } from './api.js';
+import { h, replace } from './dom.js';
 
 const CLUSTER_KEY = 'routebalance.cluster';
 
@@ -19,6 +20,29 @@ export async function loadClusters(api) {
   const want = localStorage.getItem(CLUSTER_KEY) || (settings && settings.default_cluster_id) || '';
   const cluster = clusters.find((c) => c.id === want) || clusters[0] || null;
   return { clusters, cluster, settings };
+}
+
+/**
+ * clusterPage is a page titled title that shows show(loadClusters()) in its
+ * body once the clusters are read (or the error); it returns the page and
+ * reload, which reads them again and redraws.
+ */
+export function clusterPage(ctx, title, show) {
+  const root = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
+  const page = h('section', { class: 'page' }, h('div', { class: 'page-head' }, h('h1', {}, title)), root);
+  async function reload() {
+    let data;
+    try {
+      data = await loadClusters(ctx.api);
+    } catch (e) {
+      replace(root, h('p', { class: 'alert alert-error', role: 'alert' }, `Could not load clusters: ${e.message}`));
+      return;
+    }
+    if (ctx.signal.aborted) return;
+    replace(root, show(data));
+  }
+  reload();
+  return { page, reload };
 }
 
 /** rememberCluster makes id the cluster the dashboard pages show. */

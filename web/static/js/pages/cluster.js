@@ -4,7 +4,7 @@
 
 import { h, replace, field, toast, confirmDialog, fmtNum, fmtInt, fmtUSD, fmtMs } from '../dom.js';
 import { list } from '../api.js';
-import { loadClusters, rememberCluster } from '../data.js';
+import { clusterPage, rememberCluster } from '../data.js';
 import { kindFor } from '../kind.js';
 import { autopilotView } from '../autopilot.js';
 
@@ -21,23 +21,8 @@ async function loadCatalog(ctx) {
 }
 
 export function render(ctx) {
-  const root = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
-  const page = h('section', { class: 'page' }, h('div', { class: 'page-head' }, h('h1', {}, 'Cluster')), root);
-  load();
+  const { page, reload: load } = clusterPage(ctx, 'Cluster', (data) => (data.cluster ? clusterView(data) : createClusterPanel(true)));
   return page;
-
-  async function load() {
-    let data;
-    try {
-      data = await loadClusters(ctx.api);
-    } catch (e) {
-      replace(root, h('p', { class: 'alert alert-error', role: 'alert' }, `Could not load clusters: ${e.message}`));
-      return;
-    }
-    if (ctx.signal.aborted) return;
-    if (!data.cluster) { replace(root, createClusterPanel(true)); return; }
-    replace(root, clusterView(data));
-  }
 
   function createClusterPanel(first) {
     const name = field('Cluster name', h('input', { name: 'cluster-name', required: true, maxlength: 100, value: first ? 'default' : '' }),

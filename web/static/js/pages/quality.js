@@ -6,32 +6,16 @@
 
 import { h, replace, field, toast, confirmDialog, fmtInt, fmtQ, fmtUSD, fmtAgo } from '../dom.js';
 import { list } from '../api.js';
-import { loadClusters } from '../data.js';
+import { clusterPage } from '../data.js';
 import { timeChart } from '../chart.js';
 
 const POLL_MS = 4000;
 
 export function render(ctx) {
-  const root = h('div', { class: 'stack' }, h('p', { class: 'muted' }, 'Loading…'));
-  const page = h('section', { class: 'page' }, h('div', { class: 'page-head' }, h('h1', {}, 'Quality data')), root);
-  load();
+  const { page } = clusterPage(ctx, 'Quality data', (data) => (data.cluster
+    ? view(data.cluster)
+    : h('p', { class: 'empty' }, 'Create a cluster first (Cluster page).')));
   return page;
-
-  async function load() {
-    let data;
-    try {
-      data = await loadClusters(ctx.api);
-    } catch (e) {
-      replace(root, h('p', { class: 'alert alert-error', role: 'alert' }, `Could not load clusters: ${e.message}`));
-      return;
-    }
-    if (ctx.signal.aborted) return;
-    if (!data.cluster) {
-      replace(root, h('p', { class: 'empty' }, 'Create a cluster first (Cluster page).'));
-      return;
-    }
-    replace(root, view(data.cluster));
-  }
 
   function view(cluster) {
     const cid = encodeURIComponent(cluster.id);
