@@ -293,6 +293,8 @@ func (m *Meter) Run(ctx context.Context) error {
 		mu     sync.Mutex
 		failed []failedBatch
 	)
+	refreshed := make(chan struct{})
+	go func() { defer close(refreshed); m.refresher(ctx) }()
 	for w := range m.cfg.Writers {
 		wg.Add(1)
 		go func() {
@@ -305,23 +307,38 @@ func (m *Meter) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	<-refreshed
 	return m.shutdown(failed)
+}
+
+// refresher reloads the period spend every SpendRefresh until ctx ends. It
+// is its own goroutine so that a writer stuck retrying a batch never holds
+// the reloads up (a reload waits only for the write attempt in progress).
+func (m *Meter) refresher(ctx context.Context) {
+	r := time.NewTicker(m.cfg.SpendRefresh)
+	defer r.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.C:
+			if err := m.reloadSpend(ctx); err != nil && ctx.Err() == nil {
+				m.log.Warn("billing: reload period spend", slog.Any("err", err))
+			}
+		}
+	}
 }
 
 // writer is one flusher goroutine: it takes the events recorded within
 // FlushInterval of the first one (up to Batch) and writes them in one
 // transaction; the first writer also replays
-// spill files and reloads the period spend. It returns when ctx ends, with
-// the batch it could not write.
+// spill files. It returns when ctx ends, with the batch it could not write.
 func (m *Meter) writer(ctx context.Context, first bool) failedBatch {
-	var tick, refresh <-chan time.Time
+	var tick <-chan time.Time
 	if first {
 		t := time.NewTicker(m.cfg.ReplayInterval)
 		defer t.Stop()
 		tick = t.C
-		r := time.NewTicker(m.cfg.SpendRefresh)
-		defer r.Stop()
-		refresh = r.C
 	}
 	batch := make([]UsageEvent, 0, m.cfg.Batch)
 	var linger *time.Timer
@@ -342,10 +359,6 @@ func (m *Meter) writer(ctx context.Context, first bool) failedBatch {
 		case <-tick:
 			if err := m.replay(ctx); err != nil {
 				return failedBatch{}
-			}
-		case <-refresh:
-			if err := m.reloadSpend(ctx); err != nil {
-				m.log.Warn("billing: reload period spend", slog.Any("err", err))
 			}
 		}
 	}
