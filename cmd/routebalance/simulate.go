@@ -60,6 +60,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	verbose := fs.Bool("v", false, "log scheduler warnings")
 	latencyPrior := fs.String("latency-prior", "world", "start of each tier's latency model: world (the tier's profiled light-load figures) or default (generic prior, learnt online)")
 	score := fs.String("score", "light", "score normalisation of the routebalance/oracle policies: light (default), relative, range or paper (DESIGN §3.1)")
+	oracle := fs.String("oracle", "both", "what the oracle policy is told, or a comma list (one arm each): both (true quality and lengths), length (true lengths, estimated quality), quality (true quality, estimated lengths), task-length (each model's mean length on the true task, estimated quality)")
 	tiers := fs.Bool("tiers", false, "also print predicted vs observed mean E2E per served tier for every cell")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the sweep to this file")
 	scrape := fs.Duration("scrape-interval", 250*time.Millisecond, "how often engine gauges reach the scheduler(s), as the live scraper's /metrics readings (0 = never)")
@@ -131,6 +132,9 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	arms, err := buildArms(*policies, *presets, *weights, *threshold, *slack, *noLPT, *noAdaptive, *batchSizes, ap)
 	if err != nil {
+		return err
+	}
+	if arms, err = oracleArms(arms, *oracle); err != nil {
 		return err
 	}
 	level := slog.LevelError
@@ -229,6 +233,39 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintln(stdout, sim.SummaryLine(cells[len(cells)-1]))
 	return nil
+}
+
+// oracleArms repeats every oracle arm once per mode of the comma list
+// modes (both, length, quality; see sim.Ablation.Oracle), in list order;
+// other arms are kept as they are.
+func oracleArms(arms []sim.Arm, modes string) ([]sim.Arm, error) {
+	var ms []string
+	for _, m := range strings.Split(modes, ",") {
+		switch m = strings.TrimSpace(m); m {
+		case "both":
+			ms = append(ms, sim.OracleBoth)
+		case sim.OracleLength, sim.OracleQuality, sim.OracleTaskLength:
+			ms = append(ms, m)
+		case "":
+		default:
+			return nil, fmt.Errorf("oracle: want both, length, quality or task-length, got %q", m)
+		}
+	}
+	if len(ms) == 0 {
+		return nil, fmt.Errorf("oracle: empty list")
+	}
+	var out []sim.Arm
+	for _, a := range arms {
+		if a.Policy.Name != schedule.PolicyOracle {
+			out = append(out, a)
+			continue
+		}
+		for _, m := range ms {
+			a.Ablation.Oracle = m
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 func dashIfEmpty(s string) string {

@@ -150,3 +150,29 @@ func TestBuildArmsRejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestOracleArmsRepeatOnlyTheOracle(t *testing.T) {
+	arms, err := buildArms("round-robin,oracle", "balanced,quality", "", 0.5, 0.2, false, false, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := oracleArms(arms, "both, length,task-length")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var labels []string
+	for _, a := range got {
+		labels = append(labels, a.Policy.Name+"/"+a.Preset+"["+a.Ablation.Oracle+"]")
+	}
+	want := []string{"round-robin/[]",
+		"oracle/balanced[]", "oracle/balanced[length]", "oracle/balanced[task-length]",
+		"oracle/quality[]", "oracle/quality[length]", "oracle/quality[task-length]"}
+	if strings.Join(labels, " ") != strings.Join(want, " ") {
+		t.Errorf("arms %v, want %v", labels, want)
+	}
+	for _, bad := range []string{"", ",", "lengths", "both,oracle"} {
+		if _, err := oracleArms(arms, bad); err == nil {
+			t.Errorf("oracleArms(%q) = nil error, want one", bad)
+		}
+	}
+}

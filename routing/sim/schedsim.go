@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/routebalance/routebalance/routing"
@@ -42,7 +43,7 @@ func NewCoreRouter(cfg schedule.Config, deps schedule.Deps, w *World, arm Arm) (
 	deps.NoScrape = true
 	r := &CoreRouter{index: map[string]int{}}
 	if deps.Labels == nil {
-		r.labels = &oracleLabels{w: w, items: map[*routing.Request]*workload.Item{}}
+		r.labels = &oracleLabels{w: w, items: map[*routing.Request]*workload.Item{}, mode: arm.Ablation.Oracle}
 		deps.Labels = r.labels
 	}
 	cl := w.Cluster
@@ -128,30 +129,65 @@ func (r *CoreRouter) Scrape(now time.Time, i int, s engine.State) {
 func (r *CoreRouter) Close() { r.core.Close() }
 
 // oracleLabels gives the oracle policy the truth: the data's quality labels
-// and the world's output lengths.
+// and the world's output lengths, or only one of them (mode, an
+// Ablation.Oracle value) over the estimator's own estimate of the other.
 type oracleLabels struct {
 	w     *World
 	items map[*routing.Request]*workload.Item
+	mode  string
 }
 
-// TrueLabels fills out with the labels of req's prompt.
+// TrueLabels fills out with the labels of req's prompt. In the split modes
+// out holds the estimator's estimate on entry and only the told half is
+// overwritten (the memo stays, so online length learning goes on).
 func (o *oracleLabels) TrueLabels(req *routing.Request, models []string, out *routing.PromptEstimate) bool {
 	it := o.items[req]
 	if it == nil || len(it.Scores) == 0 {
 		return false
 	}
-	out.Reset(len(models))
-	for m, name := range models {
-		q, ok := it.Scores[name]
-		if !ok {
+	for _, name := range models {
+		if _, ok := it.Scores[name]; !ok {
 			return false
 		}
-		out.Quality[m] = q
-		out.Source[m] = routing.SourceOracle
+	}
+	quality, length := o.mode == OracleBoth || o.mode == OracleQuality, o.mode == OracleBoth || o.mode == OracleLength
+	if quality && length {
+		out.Reset(len(models))
+	} else if len(out.Quality) != len(models) || len(out.Length) != len(models) || len(out.Hist) != len(models) || len(out.Source) != len(models) {
+		return false // no estimate to keep half of
+	}
+	for m, name := range models {
+		if quality {
+			out.Quality[m] = it.Scores[name]
+			out.Source[m] = routing.SourceOracle
+		}
+		if o.mode == OracleTaskLength {
+			if mean, median, ok := o.w.TaskLength(it.Task, name); ok {
+				out.Length[m] = mean
+				out.Hist[m] = logNormalHist(median, o.w.File.OutputLengths.Sigma)
+			}
+			continue
+		}
+		if !length {
+			continue
+		}
 		if n, ok := o.w.TrueLength(it.Prompt, it.Task, name); ok {
 			out.Length[m] = float64(n)
+			out.Hist[m] = routing.LengthHist{}
 			out.Hist[m].Add(float64(n), 1)
 		}
 	}
 	return true
+}
+
+// logNormalHist is a log-normal length distribution (median, σ) as 16
+// equal-weight quantile points.
+func logNormalHist(median, sigma float64) routing.LengthHist {
+	var h routing.LengthHist
+	const k = 16
+	for i := range k {
+		z := math.Sqrt2 * math.Erfinv(2*(float64(i)+0.5)/k-1)
+		h.Add(median*math.Exp(sigma*z), 1.0/k)
+	}
+	return h
 }

@@ -273,6 +273,21 @@ func (w *World) TrueLength(prompt, task, model string) (int, bool) {
 	return 0, false
 }
 
+// TaskLength is the world's mean and median output length of model on
+// task (median(task)·verbosity, the mean e^{σ²/2} above it; before any
+// max_tokens cap), for the oracle's task-length mode.
+func (w *World) TaskLength(task, model string) (mean, median float64, ok bool) {
+	for i := range w.File.Tiers {
+		t := &w.File.Tiers[i]
+		if t.Model == model {
+			o := &w.File.OutputLengths
+			median = o.Median(task) * t.Verbosity
+			return median * math.Exp(o.Sigma*o.Sigma/2), median, true
+		}
+	}
+	return 0, 0, false
+}
+
 // Result is one finished run: the per-request records and the scheduler's
 // own cost.
 type Result struct {

@@ -18,7 +18,25 @@ type Ablation struct {
 	NoAdaptive bool `json:"no_adaptive,omitempty"`
 	// BatchSize > 0 fixes the batch limit.
 	BatchSize int `json:"batch_size,omitempty"`
+	// Oracle splits the oracle policy's knowledge (simulation only, for
+	// the decomposition of the oracle's gain): OracleLength gives it the
+	// true output lengths with the estimator's quality, OracleQuality the
+	// true quality with the estimator's lengths; "" (OracleBoth) both.
+	// OracleTaskLength gives it, with the estimator's quality, each
+	// model's mean length on the prompt's true task (the world's
+	// median·verbosity·e^{σ²/2}), without the per-prompt draw: the most a
+	// prompt-intrinsic length estimate can know of a world whose draw is a
+	// hash.
+	Oracle string `json:"oracle,omitempty"`
 }
+
+// What the oracle policy is told (Ablation.Oracle).
+const (
+	OracleBoth       = ""
+	OracleLength     = "length"
+	OracleQuality    = "quality"
+	OracleTaskLength = "task-length"
+)
 
 // String names the ablation for tables ("" for none).
 func (a Ablation) String() string {
@@ -37,6 +55,9 @@ func (a Ablation) String() string {
 	}
 	if a.BatchSize > 0 {
 		add(fmt.Sprintf("batch-%d", a.BatchSize))
+	}
+	if a.Oracle != OracleBoth {
+		add("oracle-" + a.Oracle)
 	}
 	return s
 }
