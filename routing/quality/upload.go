@@ -78,7 +78,10 @@ type Parsed struct {
 // document). known reports whether a model is served by the cluster.
 // A line is rejected, with its number, when it is not one JSON object of
 // that shape, has an empty prompt, no scores, a score outside [0,1], a
-// non-positive or non-finite output_tokens, or is not valid UTF-8.
+// non-positive or non-finite output_tokens, is not valid UTF-8, or
+// repeats the id of an earlier valid line (lines without an id are never
+// duplicates; a repeated id would be two labels of one prompt, so the
+// upload is refused rather than deduplicated by a rule nobody asked for).
 // The error is non-nil only for ErrTooLarge and read errors; bad lines are
 // reported in Parsed.Errors.
 func ParseUpload(r io.Reader, known func(model string) bool, lim Limits) (Parsed, error) {
@@ -86,6 +89,7 @@ func ParseUpload(r io.Reader, known func(model string) bool, lim Limits) (Parsed
 	lr := &io.LimitedReader{R: r, N: lim.MaxBytes + 1}
 	br := bufio.NewReaderSize(lr, 64<<10)
 	out := Parsed{Unknown: map[string]int{}}
+	seen := map[string]int{} // id → the line it first came on
 	var line []byte
 	for n := 1; ; n++ {
 		var err error
@@ -102,6 +106,11 @@ func ParseUpload(r io.Reader, known func(model string) bool, lim Limits) (Parsed
 		if t := bytes.TrimSpace(line); len(t) > 0 {
 			out.Lines++
 			rec, msg := parseLine(t)
+			if first, dup := seen[rec.ID]; msg == "" && dup {
+				msg = fmt.Sprintf("id %q repeats line %d (ids must be unique)", rec.ID, first)
+			} else if msg == "" && rec.ID != "" {
+				seen[rec.ID] = n
+			}
 			if msg != "" {
 				out.ErrorCount++
 				if len(out.Errors) < lim.MaxErrors {

@@ -2,6 +2,7 @@ package quality
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -68,17 +69,25 @@ func TestParseUpload(t *testing.T) {
 
 func TestParseUploadLimits(t *testing.T) {
 	line := `{"id":"a","prompt":"what is 2+2","scores":{"big":1}}` + "\n"
-	if _, err := ParseUpload(strings.NewReader(strings.Repeat(line, 10)), nil, Limits{MaxBytes: int64(len(line)*10 - 1)}); !errors.Is(err, ErrTooLarge) {
+	// lines returns n such lines with the ids a, b, c … (all of one length).
+	lines := func(n int) string {
+		var b strings.Builder
+		for i := 0; i < n; i++ {
+			b.WriteString(strings.Replace(line, `"a"`, fmt.Sprintf("%q", string(rune('a'+i))), 1))
+		}
+		return b.String()
+	}
+	if _, err := ParseUpload(strings.NewReader(lines(10)), nil, Limits{MaxBytes: int64(len(line)*10 - 1)}); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("oversized upload: err = %v, want ErrTooLarge", err)
 	}
-	if p, err := ParseUpload(strings.NewReader(strings.Repeat(line, 10)), nil, Limits{MaxBytes: int64(len(line) * 10)}); err != nil || len(p.Records) != 10 {
+	if p, err := ParseUpload(strings.NewReader(lines(10)), nil, Limits{MaxBytes: int64(len(line) * 10)}); err != nil || len(p.Records) != 10 {
 		t.Errorf("upload of exactly the limit: %d records, err %v; want 10, nil", len(p.Records), err)
 	}
 	long := `{"id":"a","prompt":"` + strings.Repeat("x", 200) + `","scores":{"big":1}}`
 	if _, err := ParseUpload(strings.NewReader(line+long), nil, Limits{MaxLineBytes: 100}); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("long line: err = %v, want ErrTooLarge naming line 2", err)
 	}
-	if _, err := ParseUpload(strings.NewReader(strings.Repeat(line, 3)), nil, Limits{MaxRecords: 2}); !errors.Is(err, ErrTooLarge) {
+	if _, err := ParseUpload(strings.NewReader(lines(3)), nil, Limits{MaxRecords: 2}); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("too many records: err = %v, want ErrTooLarge", err)
 	}
 	many := strings.Repeat("x\n", 300)
@@ -93,6 +102,34 @@ func TestParseUploadLimits(t *testing.T) {
 	}
 }
 
+// TestParseUploadRefusesRepeatedIDs: two lines with one id are two labels
+// of one prompt (a concatenated or re-exported file); each repeat is a
+// bad line naming the line the id first came on, so the upload is
+// refused with every repeat listed. Lines without an id never collide.
+func TestParseUploadRefusesRepeatedIDs(t *testing.T) {
+	body := `{"id":"a","prompt":"p1","scores":{"big":1}}
+{"id":"b","prompt":"p2","scores":{"big":0}}
+{"prompt":"p3","scores":{"big":1}}
+{"prompt":"p4","scores":{"big":1}}
+{"id":"a","prompt":"p1 again","scores":{"big":0}}
+{"id":"c","prompt":"","scores":{"big":0}}
+{"id":"c","prompt":"p5","scores":{"big":0}}
+{"id":"b","prompt":"p2","scores":{"big":0}}
+`
+	p, err := ParseUpload(strings.NewReader(body), nil, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []LineError{
+		{Line: 5, Message: `id "a" repeats line 1 (ids must be unique)`},
+		{Line: 6, Message: "prompt is missing or empty"},
+		{Line: 8, Message: `id "b" repeats line 2 (ids must be unique)`},
+	}
+	if d := cmp.Diff(want, p.Errors); d != "" || p.ErrorCount != 3 || len(p.Records) != 5 {
+		t.Errorf("errors (-want +got):\n%s\n%d errors, %d records; want 3, 5 (an invalid line's id is not taken)", d, p.ErrorCount, len(p.Records))
+	}
+}
+
 // FuzzParseUpload checks that any upload either fails with ErrTooLarge or
 // parses into valid records (prompt set, scores of known models in [0,1],
 // positive lengths) with every bad line numbered within the input.
@@ -101,6 +138,7 @@ func FuzzParseUpload(f *testing.F) {
 	f.Add("{\"prompt\":\"p\",\"scores\":{\"big\":0.5,\"x\":1},\"output_tokens\":{\"big\":12,\"x\":3},\"task\":\"t\"}\r\n\n[]\n")
 	f.Add("{\"prompt\":\"p\",\"scores\":{\"big\":NaN}}\n{\"prompt\":\"p\",\"scores\":{\"big\":-0}}")
 	f.Add("{\"prompt\":\"p\",\"scores\":{\"\":1}}\n{\"prompt\":\"p\",\"scores\":{\"big\":1e309}}")
+	f.Add("{\"id\":\"a\",\"prompt\":\"p\",\"scores\":{\"big\":1}}\n{\"id\":\"a\",\"prompt\":\"q\",\"scores\":{\"small\":0}}\n{\"id\":\"\\u0061\",\"prompt\":\"r\",\"scores\":{\"big\":0}}")
 	f.Fuzz(func(t *testing.T, body string) {
 		p, err := ParseUpload(strings.NewReader(body), served("big", "small"), Limits{MaxBytes: 1 << 16, MaxLineBytes: 4096})
 		if err != nil {
@@ -118,7 +156,12 @@ func FuzzParseUpload(f *testing.F) {
 		if p.ErrorCount+len(p.Records)+p.Skipped != p.Lines {
 			t.Fatalf("%d errors + %d records + %d skipped != %d lines", p.ErrorCount, len(p.Records), p.Skipped, p.Lines)
 		}
+		ids := map[string]bool{}
 		for _, r := range p.Records {
+			if r.ID != "" && ids[r.ID] {
+				t.Fatalf("two records have the id %q", r.ID)
+			}
+			ids[r.ID] = true
 			if strings.TrimSpace(r.Prompt) == "" || len(r.Scores) == 0 {
 				t.Fatalf("record %+v has no prompt or no scores", r)
 			}
