@@ -124,6 +124,9 @@ func (s *Server) fiberError(c *fiber.Ctx, e *fiber.Error) error {
 		return sendError(c, e.Code, typeInvalidRequest, "method_not_allowed", "", fmt.Sprintf("method %s is not allowed on %s", c.Method(), c.Path()))
 	case http.StatusRequestEntityTooLarge:
 		return sendError(c, e.Code, typeInvalidRequest, "body_too_large", "", fmt.Sprintf("request body exceeds the limit of %d bytes", s.cfg.BodyLimit))
+	case http.StatusRequestHeaderFieldsTooLarge:
+		return sendError(c, e.Code, typeInvalidRequest, "headers_too_large", "",
+			fmt.Sprintf("the request line and headers exceed the limit of %d bytes (the server's --max-header-bytes); send shorter headers (cookies, tokens)", s.cfg.MaxHeaderBytes))
 	case http.StatusRequestTimeout:
 		return sendError(c, e.Code, typeInvalidRequest, "timeout", "", "request was not read in time")
 	}

@@ -98,6 +98,12 @@ func routeFailure(err error, retryAfter time.Duration, x *exchange) (failure, bo
 		}
 		return failure{status: http.StatusNotFound, typ: typeInvalidRequest, code: errCodeModelNotFound, param: "model", msg: msg}, true
 	case errors.Is(err, routing.ErrNoHealthyInstance):
+		if msg, ok := disabledModelMessage(x); ok {
+			// As OpenAI answers a project without access to a model: 403,
+			// not 503 (waiting does not mend it; the owner must enable an
+			// instance).
+			return failure{status: http.StatusForbidden, typ: typeInvalidRequest, code: errCodeModelDisabled, param: "model", msg: msg}, true
+		}
 		return failure{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "no_healthy_instance",
 			msg: "no healthy instance can serve this request right now"}, true
 	case errors.Is(err, routing.ErrNoCapacity):
@@ -111,6 +117,60 @@ func routeFailure(err error, retryAfter time.Duration, x *exchange) (failure, bo
 		return failure{status: statusClientClosed, typ: typeInvalidRequest, code: "client_closed", msg: "the client closed the request"}, true
 	}
 	return failure{}, false
+}
+
+// errCodeModelDisabled is the code of a request for a model whose every
+// instance in the cluster is disabled.
+const errCodeModelDisabled = "model_disabled"
+
+// disabledModelMessage says, when the scheduler found no healthy instance
+// because every instance of the request's model (every instance of the
+// endpoint's kind, for auto) is disabled by the cluster's owner, so and
+// which models are enabled; ok is false otherwise (some instance is
+// enabled and unhealthy: the 503 stands). The scheduler counts a disabled
+// instance as unhealthy (routing/schedule), so the cases are told apart
+// here, from the cluster the request was routed in.
+func disabledModelMessage(x *exchange) (string, bool) {
+	if x == nil || x.cluster == nil || x.body == nil {
+		return "", false
+	}
+	kind, anyKind := routing.KindChat, false
+	switch path := x.c.Path(); {
+	case strings.HasSuffix(path, "/embeddings"):
+		kind = routing.KindEmbedding
+	case strings.HasSuffix(path, "tokenize"):
+		anyKind = true
+	}
+	auto := (&routing.Request{Model: x.body.model}).AnyModel()
+	matched := 0
+	var enabled []string
+	for _, in := range x.cluster.Instances {
+		if !anyKind && in.Kind.Embedding() != kind.Embedding() {
+			continue
+		}
+		if !in.Disabled && !slices.Contains(enabled, in.Model) {
+			enabled = append(enabled, in.Model)
+		}
+		if auto || in.Model == x.body.model {
+			if !in.Disabled {
+				return "", false
+			}
+			matched++
+		}
+	}
+	if matched == 0 {
+		return "", false
+	}
+	name := x.cluster.ID
+	if auto {
+		return fmt.Sprintf("The model `%s` cannot be served: every %s instance of cluster %q is disabled by the cluster's owner; enable one (PATCH /api/v1/clusters/{id}/instances/{iid} {\"disabled\": false})", x.body.model, kind, name), true
+	}
+	msg := fmt.Sprintf("The model `%s` is disabled by the cluster's owner: its %d instance(s) in cluster %q are disabled", x.body.model, matched, name)
+	if len(enabled) > 0 {
+		sort.Strings(enabled)
+		msg += "; enabled: " + strings.Join(enabled, ", ")
+	}
+	return msg, true
 }
 
 // unknownModelMessage names what the request's endpoint can serve: the

@@ -85,6 +85,9 @@ func parseCompletion(raw []byte, ep proxy.Endpoint) (*completionBody, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkFields(fields, ep); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 

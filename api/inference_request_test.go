@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,6 +36,12 @@ func FuzzParseCompletion(f *testing.F) {
 		`{"mod\u0065l":"m","prompt":"x","stream":"yes"}`,
 		`{"model":"m","messages":[{"role":"user","content":"x"}]} trailing`,
 		`{"model":1}`, `[]`, `  `, `{`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot","n":1.5}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0.2,"top_p":1,"n":2,"seed":-9,"stop":["a",null],"user":"u"}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"1":5,"1":"x"},"tools":[{},null],"tool_choice":{},"response_format":"t"}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":1e2,"parallel_tool_calls":null,"frequency_penalty":-2.5}`,
+		`{"model":"m","prompt":"x","logprobs":3,"echo":true,"best_of":9223372036854775808,"suffix":"s","temperature":1e400}`,
+		`{"model":"m","prompt":"x","presence_penalty":2,"stop":"s","seed":-0,"logprobs":false}`,
 	} {
 		f.Add([]byte(s), true)
 		f.Add([]byte(s), false)
@@ -132,7 +139,84 @@ func oldParseCompletion(raw []byte, ep proxy.Endpoint) (*oldBody, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := oldCheckFields(fields, ep); err != nil {
+		return nil, err
+	}
 	return b, nil
+}
+
+// oldEveryValueANumber reports whether raw is an object whose every
+// member (repeated keys included) is a number, walking its tokens.
+func oldEveryValueANumber(raw []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	for dec.More() {
+		if _, err := dec.Token(); err != nil { // the key
+			return false
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return false
+		}
+		if _, ok := v.(json.Number); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// oldCheckFields is checkFields by decoding each field with encoding/json
+// into the Go type it must have: the reference FuzzParseCompletion holds
+// the in-place checks to.
+func oldCheckFields(fields map[string]json.RawMessage, ep proxy.Endpoint) error {
+	for i := range completionFields {
+		r := &completionFields[i]
+		if !r.applies(ep) {
+			continue
+		}
+		raw, ok := oldPresent(fields, r.key)
+		if !ok {
+			continue
+		}
+		valid := false
+		switch r.kind {
+		case numberField:
+			var f float64
+			valid = json.Unmarshal(raw, &f) == nil && f >= r.min && f <= r.max
+		case intField:
+			var n int64
+			valid = json.Unmarshal(raw, &n) == nil && float64(n) >= r.min && float64(n) <= r.max
+		case boolField:
+			var v bool
+			valid = json.Unmarshal(raw, &v) == nil
+		case stringField:
+			var v string
+			valid = json.Unmarshal(raw, &v) == nil
+		case objectField:
+			var v map[string]json.RawMessage
+			valid = json.Unmarshal(raw, &v) == nil
+		case stringOrObjField:
+			var v string
+			var o map[string]json.RawMessage
+			valid = json.Unmarshal(raw, &v) == nil || json.Unmarshal(raw, &o) == nil
+		case stopField:
+			var v string
+			var vs []*string
+			valid = json.Unmarshal(raw, &v) == nil || (json.Unmarshal(raw, &vs) == nil && !slices.Contains(vs, nil))
+		case toolsField:
+			var vs []map[string]json.RawMessage
+			valid = json.Unmarshal(raw, &vs) == nil && !slices.ContainsFunc(vs, func(m map[string]json.RawMessage) bool { return m == nil })
+		case biasField:
+			valid = oldEveryValueANumber(raw)
+		}
+		if !valid {
+			return r.fieldError(raw)
+		}
+	}
+	return nil
 }
 
 // jsonErrText says where JSON went wrong without echoing the body.

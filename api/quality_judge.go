@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
+	"sort"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/routebalance/routebalance/routing/dispatch"
 	"github.com/routebalance/routebalance/routing/quality"
+	"github.com/routebalance/routebalance/tenants"
 )
 
 // QualityJudge is the per-cluster LLM judge (routing/quality.Judge):
@@ -43,7 +47,8 @@ func (s *Server) qualityJudge(c *fiber.Ctx) error {
 
 // putQualityJudge serves PUT /clusters/{id}/quality-judge
 // {enabled,model,sample_rate,monthly_budget_usd}: the model must be served
-// by an enabled chat instance of the cluster.
+// by an enabled chat instance of the cluster; disabled settings are
+// checked too (judgeModelServed), so what is saved can be enabled later.
 func (s *Server) putQualityJudge(c *fiber.Ctx) error {
 	if s.deps.QualityJudge == nil {
 		return sendError(c, http.StatusNotImplemented, typeInvalidRequest, "quality_judge_disabled", "", "the quality judge is not enabled on this server")
@@ -59,24 +64,54 @@ func (s *Server) putQualityJudge(c *fiber.Ctx) error {
 	if _, err := s.deps.Tenants.Cluster(ctx, tid, id); err != nil {
 		return err
 	}
-	if in.Enabled {
-		ins, err := s.deps.Tenants.Instances(ctx, tid, id)
-		if err != nil {
-			return err
-		}
-		served := false
-		for _, x := range ins {
-			served = served || (x.Model == in.Model && !x.Disabled && x.Kind != "embedding")
-		}
-		if !served {
-			return badRequest("model", "model %q is not served by an enabled chat instance of this cluster", in.Model)
-		}
+	ins, err := s.deps.Tenants.Instances(ctx, tid, id)
+	if err != nil {
+		return err
+	}
+	saved, _ := s.deps.QualityJudge.Settings(id)
+	if err := judgeModelServed(in, ins, saved.Model); err != nil {
+		return err
 	}
 	if err := s.deps.QualityJudge.Configure(ctx, tid, id, in); err != nil {
 		return err
 	}
 	set, st := s.deps.QualityJudge.Settings(id)
 	return c.JSON(fiber.Map{"object": "quality_judge", "cluster_id": id, "settings": set, "stats": st})
+}
+
+// judgeModelServed checks the judge's model against the cluster's
+// instances ins: enabled settings need an enabled chat instance of it;
+// disabled ones a chat instance of it (enabled or not), no model, or the
+// model already saved (its instance may be gone: turning the judge off
+// must still work). The error is a 400 naming model.
+func judgeModelServed(in quality.JudgeSettings, ins []tenants.Instance, saved string) error {
+	served, known := false, false
+	var models []string
+	for _, x := range ins {
+		if x.Kind == "embedding" {
+			continue
+		}
+		if !slices.Contains(models, x.Model) {
+			models = append(models, x.Model)
+		}
+		known = known || x.Model == in.Model
+		served = served || (x.Model == in.Model && !x.Disabled)
+	}
+	sort.Strings(models)
+	list := strings.Join(models, ", ")
+	if list == "" {
+		list = "none"
+	}
+	if in.Enabled {
+		if !served {
+			return badRequest("model", "model %q is not served by an enabled chat instance of this cluster (its chat models: %s)", in.Model, list)
+		}
+		return nil
+	}
+	if in.Model == "" || known || in.Model == saved {
+		return nil
+	}
+	return badRequest("model", "model %q is not a chat model of this cluster (its chat models: %s); a disabled judge keeps a model it can be enabled with, or none", in.Model, list)
 }
 
 // offerJudge offers a served, non-streamed, non-cached answer to the

@@ -60,6 +60,12 @@ type Config struct {
 	// BodyLimit is the largest request body in bytes; larger bodies are
 	// answered 413.
 	BodyLimit int
+	// MaxHeaderBytes is the largest request head (request line and
+	// headers) in bytes; a larger one is answered 431
+	// headers_too_large. Default 16 KiB, room for long cookies and
+	// bearer tokens (fasthttp's own default is 4 KiB). Each connection
+	// holds a read buffer of this size.
+	MaxHeaderBytes int
 	// RequestTimeout is the deadline of every request's UserContext.
 	// Streaming handlers that outlive their handler call take over the
 	// context's cancel (see requestCancel).
@@ -78,10 +84,11 @@ type Config struct {
 	TrustedProxies []string
 }
 
-// DefaultConfig returns the defaults: 8 MiB bodies, 10 min requests
-// (long generations stream for minutes), 30 s reads, 2 min idle.
+// DefaultConfig returns the defaults: 8 MiB bodies, 16 KiB request heads,
+// 10 min requests (long generations stream for minutes), 30 s reads, 2
+// min idle.
 func DefaultConfig() Config {
-	return Config{BodyLimit: 8 << 20, RequestTimeout: 10 * time.Minute, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	return Config{BodyLimit: 8 << 20, MaxHeaderBytes: 16 << 10, RequestTimeout: 10 * time.Minute, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 }
 
 // Validate checks the configuration.
@@ -155,6 +162,9 @@ func New(cfg Config, deps Deps) *Server {
 	if cfg.BodyLimit <= 0 {
 		cfg.BodyLimit = def.BodyLimit
 	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = def.MaxHeaderBytes
+	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = def.RequestTimeout
 	}
@@ -177,6 +187,7 @@ func New(cfg Config, deps Deps) *Server {
 	}
 	s.app = fiber.New(fiber.Config{
 		BodyLimit:             cfg.BodyLimit,
+		ReadBufferSize:        cfg.MaxHeaderBytes, // fasthttp reads the whole head into it
 		ReadTimeout:           cfg.ReadTimeout,
 		IdleTimeout:           cfg.IdleTimeout,
 		DisableStartupMessage: true,

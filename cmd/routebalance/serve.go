@@ -57,6 +57,7 @@ type serveConfig struct {
 	jwtPrevious     string
 	encPrevious     string
 	bodyLimit       int
+	maxHeaderBytes  int
 	shutdownTimeout time.Duration
 	maxAttempts     int
 	cacheMode       string
@@ -114,6 +115,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	previousKeyFlags(fs, &c.jwtPrevious, &c.encPrevious)
 	limit, _ := strconv.Atoi(env("BODY_LIMIT", strconv.Itoa(api.DefaultConfig().BodyLimit)))
 	fs.IntVar(&c.bodyLimit, "body-limit", limit, "largest request body in bytes (env ROUTEBALANCE_BODY_LIMIT)")
+	headLimit, _ := strconv.Atoi(env("MAX_HEADER_BYTES", strconv.Itoa(api.DefaultConfig().MaxHeaderBytes)))
+	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", headLimit, "largest request line plus headers in bytes; larger is 431 headers_too_large; each connection holds a read buffer this size (env ROUTEBALANCE_MAX_HEADER_BYTES)")
 	attempts, _ := strconv.Atoi(env("MAX_ATTEMPTS", strconv.Itoa(api.DefaultInferenceConfig().MaxAttempts)))
 	fs.IntVar(&c.maxAttempts, "max-attempts", attempts, "instances one inference request may be opened on: the first and the fallbacks after a connection failure, 5xx or 429 before the first byte (auto requests fall back to another model) (env ROUTEBALANCE_MAX_ATTEMPTS)")
 	fs.StringVar(&c.cacheMode, "response-cache", env("RESPONSE_CACHE", "off"), "exact-match cache of deterministic (temperature 0), non-streamed answers, per tenant: off, memory (this process's LRU) or redis (shared; needs --redis-url) (env ROUTEBALANCE_RESPONSE_CACHE)")
@@ -169,8 +172,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	if err := c.tracing.Validate(); err != nil {
 		return c, fmt.Errorf("--otlp-endpoint/--trace-sample-ratio: %w", err)
 	}
-	if c.bodyLimit <= 0 || c.shutdownTimeout <= 0 || c.requestTimeout <= 0 || c.autopilotEvery <= 0 {
-		return c, errors.New("--body-limit, --shutdown-timeout, --request-timeout and --autopilot-interval must be positive")
+	if c.bodyLimit <= 0 || c.maxHeaderBytes <= 0 || c.shutdownTimeout <= 0 || c.requestTimeout <= 0 || c.autopilotEvery <= 0 {
+		return c, errors.New("--body-limit, --max-header-bytes, --shutdown-timeout, --request-timeout and --autopilot-interval must be positive")
 	}
 	return c, nil
 }
@@ -715,6 +718,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	acfg := api.DefaultConfig()
 	acfg.BodyLimit = cfg.bodyLimit
+	acfg.MaxHeaderBytes = cfg.maxHeaderBytes
 	acfg.Inference.MaxAttempts = cfg.maxAttempts
 	acfg.RequestTimeout = cfg.requestTimeout
 	acfg.TrustedProxies = cfg.trustedProxies
