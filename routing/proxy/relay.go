@@ -138,8 +138,17 @@ func (r *Response) relayBody(ctx context.Context, w Writer) Result {
 
 // countChat reads the tokens and the truncation of a non-streamed chat
 // or text completion into res: the usage object when there is one, else
-// an estimate from the returned text.
+// an estimate from the returned text. The answer is scanned in place
+// (scanChat); an answer the scanner is not sure of is decoded.
 func countChat(raw []byte, res *Result) {
+	if !scanChat(raw, res) {
+		countChatDecode(raw, res)
+	}
+}
+
+// countChatDecode is countChat with encoding/json: the reference the
+// scanner matches (FuzzScanChat), and the way for answers it leaves.
+func countChatDecode(raw []byte, res *Result) {
 	var body struct {
 		Usage   *usage `json:"usage"`
 		Choices []struct {
@@ -429,36 +438,44 @@ func (s *streamState) event(name, payload []byte, prog Progress) (done, budgetHi
 	if s.r.resp {
 		return s.responseEvent(name, payload, prog)
 	}
-	var c chunk
-	if err := json.Unmarshal(payload, &c); err != nil {
-		s.writeData(payload) // not ours to judge: relay it untouched
-		return false, false
+	var c chunkView
+	if !scanChunk(payload, s.id == "", &c) {
+		// Not sure of it in place: decode it as before.
+		var dc chunk
+		if err := json.Unmarshal(payload, &dc); err != nil {
+			s.writeData(payload) // not ours to judge: relay it untouched
+			return false, false
+		}
+		c = chunkView{}
+		c.fromChunk(&dc)
 	}
-	if len(c.Error) > 0 && !isNull(c.Error) {
+	if c.errEvent {
 		s.upErr = true
 		s.writeData(payload)
 		return false, false
 	}
 	if s.id == "" {
-		s.id, s.object, s.created, s.model = c.ID, c.Object, c.Created, c.Model
+		s.id, s.object, s.created, s.model = c.id, c.object, c.created, c.model
 	}
-	if c.Usage != nil {
-		u := *c.Usage
-		s.upUsage = &u
-		if len(c.Choices) == 0 && !s.r.usage {
+	if c.hasUsage {
+		if s.upUsage == nil {
+			s.upUsage = new(usage)
+		}
+		*s.upUsage = c.usage
+		if c.n == 0 && !s.r.usage {
 			return false, false // the usage chunk only we asked for
 		}
 	}
 	counted := 0
-	for _, ch := range c.Choices {
-		if ch.FinishReason != nil && *ch.FinishReason != "" {
-			s.open[ch.Index] = false
-			s.cut = s.cut || *ch.FinishReason == "length"
-		} else if _, seen := s.open[ch.Index]; !seen {
-			s.open[ch.Index] = true
+	for i := range c.n {
+		ch := c.choice(i)
+		if ch.finished {
+			s.open[ch.index] = false
+			s.cut = s.cut || ch.length
+		} else if _, seen := s.open[ch.index]; !seen {
+			s.open[ch.index] = true
 		}
-		if ch.Text != "" || ch.Delta.Content != "" || ch.Delta.ReasoningContent != "" ||
-			ch.Delta.Reasoning != "" || (len(ch.Delta.ToolCalls) > 0 && !isNull(ch.Delta.ToolCalls)) {
+		if ch.content {
 			counted++
 		}
 	}
