@@ -201,6 +201,7 @@ type Proxy struct {
 	clock  routing.Clock
 	client *http.Client
 	rt     http.RoundTripper // client's transport, called directly by Open
+	h1     *h1Client         // plain-HTTP instances (h1.go); nil with Deps.Transport
 	prop   propagation.TextMapPropagator
 }
 
@@ -221,8 +222,10 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		deps.Propagator = propagation.TraceContext{}
 	}
 	rt := deps.Transport
+	var h1 *h1Client
 	if rt == nil {
 		dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: cfg.KeepAlive, Control: deps.Control}
+		h1 = newH1Client(cfg, dialer.DialContext)
 		rt = &http.Transport{
 			Proxy:                 nil, // instances are reached directly, never via HTTP_PROXY
 			DialContext:           dialer.DialContext,
@@ -245,11 +248,16 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 			return http.ErrUseLastResponse // an instance does not redirect inference calls
 		},
 	}
-	return &Proxy{cfg: cfg, log: deps.Log, clock: deps.Clock, client: client, rt: rt, prop: deps.Propagator}, nil
+	return &Proxy{cfg: cfg, log: deps.Log, clock: deps.Clock, client: client, rt: rt, h1: h1, prop: deps.Propagator}, nil
 }
 
 // Close drops idle upstream connections.
-func (p *Proxy) Close() { p.client.CloseIdleConnections() }
+func (p *Proxy) Close() {
+	p.client.CloseIdleConnections()
+	if p.h1 != nil {
+		p.h1.closeIdle()
+	}
+}
 
 // Call is one request to forward.
 type Call struct {
@@ -339,17 +347,27 @@ func (p *Proxy) Open(ctx context.Context, in *routing.Instance, call *Call) (*Re
 	if err != nil {
 		return nil, err
 	}
-	target := upstreamURL(in.BaseURL, call.Endpoint)
 	rctx, cancel := context.WithCancel(ctx)
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, target, bytes.NewReader(body))
-	if err != nil {
-		cancel()
-		return nil, &UnreachableError{InstanceID: in.ID, Err: err}
+	var resp *http.Response
+	var start time.Time
+	err = errH1Header
+	if p.h1 != nil {
+		if t := p.h1.target(in.BaseURL); t.ok {
+			start = p.clock.Now()
+			resp, err = p.h1.roundTrip(rctx, t, in, call, body, p.prop, ctx)
+		}
 	}
-	setUpstreamHeader(req.Header, in, call)
-	p.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	start := p.clock.Now()
-	resp, err := p.roundTrip(req)
+	if err == errH1Header { // not a plain-HTTP instance, or a header only net/http may refuse
+		req, rerr := http.NewRequestWithContext(rctx, http.MethodPost, upstreamURL(in.BaseURL, call.Endpoint), bytes.NewReader(body))
+		if rerr != nil {
+			cancel()
+			return nil, &UnreachableError{InstanceID: in.ID, Err: rerr}
+		}
+		setUpstreamHeader(req.Header, in, call)
+		p.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+		start = p.clock.Now()
+		resp, err = p.roundTrip(req)
+	}
 	if err != nil {
 		cancel()
 		if cerr := ctx.Err(); cerr != nil {

@@ -126,7 +126,7 @@ func TestScannersReadVLLMAnswersInPlace(t *testing.T) {
 		scanChat(chat, &res)
 		var v chunkView
 		scanChunk(chunkRaw, false, &v)
-	}); n != 0 {
+	}); n != 0 && !raceOn {
 		t.Errorf("scanning an answer and a chunk allocates %v times, want 0", n)
 	}
 }

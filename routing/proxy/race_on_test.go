@@ -1,0 +1,6 @@
+//go:build race
+
+package proxy
+
+// raceOn: the race detector is on (it makes allocations of its own).
+const raceOn = true
