@@ -59,8 +59,11 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	maxTokens := fs.Int("max-tokens", 0, "max_tokens on every request (0 = none)")
 	verbose := fs.Bool("v", false, "log scheduler warnings")
 	latencyPrior := fs.String("latency-prior", "world", "start of each tier's latency model: world (the tier's profiled light-load figures) or default (generic prior, learnt online)")
+	binding := fs.String("binding", "", "when a queued request is bound to its instance: early (default) or late (routing/schedule README, Admission queue)")
+	bias := fs.String("bias", "", "per-tier online correction of T̂: off (default) or on (routing/schedule README, Predictions)")
 	score := fs.String("score", "light", "score normalisation of the routebalance/oracle policies: light (default), relative, range or paper (DESIGN §3.1)")
 	oracle := fs.String("oracle", "both", "what the oracle policy is told, or a comma list (one arm each): both (true quality and lengths), length (true lengths, estimated quality), quality (true quality, estimated lengths), task-length (each model's mean length on the true task, estimated quality)")
+	bound := fs.Bool("bound", false, "also print the fluid lower bound of the mean E2E at every rate (routing/sim.FluidBound)")
 	tiers := fs.Bool("tiers", false, "also print predicted vs observed mean E2E per served tier for every cell")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the sweep to this file")
 	scrape := fs.Duration("scrape-interval", 250*time.Millisecond, "how often engine gauges reach the scheduler(s), as the live scraper's /metrics readings (0 = never)")
@@ -154,6 +157,12 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			}
 			scfg := schedule.DefaultConfig()
 			scfg.Score = *score
+			if *bias != "" {
+				scfg.Bias = *bias
+			}
+			if *binding != "" {
+				scfg.Binding = *binding
+			}
 			return sim.NewCoreRouter(scfg, deps, world, arm)
 		}
 		if *replicas > 1 {
@@ -205,6 +214,14 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintln(stdout, "\ncapacity (highest λ with mean E2E ≤ 2 × its light-load mean):")
 	for _, c := range caps {
 		fmt.Fprintf(stdout, "  %-40s light %.3fs  swept %g  interpolated %s req/s\n", c.Label, c.LightE2E, c.Swept, fmtCap(c))
+	}
+	if *bound && len(rateList) > 0 {
+		fmt.Fprintln(stdout, "\nfluid lower bound of mean E2E (routing/sim.FluidBound: no router without per-request length knowledge beats it):")
+		first := sim.FluidBound(f, world.Seed, items, rateList[0])
+		for _, r := range rateList {
+			b := sim.FluidBound(f, world.Seed, items, r)
+			fmt.Fprintf(stdout, "  λ=%-5g E2E ≥ %.3fs  (decode %.3fs, ×%.2f of λ=%g)  shares %s\n", r, b.E2E, b.Decode, b.E2E/first.E2E, rateList[0], fmtShares(f, b.Shares))
+		}
 	}
 	if *out != "" {
 		rep := &sim.Report{Command: "routebalance simulate " + strings.Join(args, " "), Cluster: f.Name, Data: *data,
@@ -385,4 +402,19 @@ func buildArms(policies, presets, weights string, threshold, slack float64, noLP
 		}
 	}
 	return arms, nil
+}
+
+// fmtShares lists the non-zero request shares per tier.
+func fmtShares(f *engine.ClusterFile, shares []float64) string {
+	var b strings.Builder
+	for i, s := range shares {
+		if s <= 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s@%s=%.2f", f.Tiers[i].Model, f.Tiers[i].GPU, s)
+	}
+	return b.String()
 }

@@ -279,6 +279,17 @@ func (f *Fleet) Snapshot(now time.Time, dst []Snapshot) []Snapshot {
 	return dst
 }
 
+// SnapshotOf returns m's state at now, as Snapshot would, and false when m
+// is no longer listed (removed by a newer cluster version).
+func (f *Fleet) SnapshotOf(now time.Time, m *Member) (Snapshot, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m.index < 0 || m.index >= len(f.members) || f.members[m.index] != m {
+		return Snapshot{}, false
+	}
+	return f.snapshotLocked(now, m.index, m), true
+}
+
 func (f *Fleet) snapshotLocked(now time.Time, i int, m *Member) Snapshot {
 	s := Snapshot{
 		Index:     i,

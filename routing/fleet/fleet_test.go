@@ -150,3 +150,21 @@ func TestSeedServedEndsExploration(t *testing.T) {
 		t.Errorf("seeded with -4: exploring %v served %d", snaps[1].Exploring, snaps[1].Served)
 	}
 }
+
+// TestSnapshotOf: one member's snapshot equals its row of Snapshot, and a
+// member removed by a newer listing has none.
+func TestSnapshotOf(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := New(Config{}, []routing.Instance{{ID: "a", Model: "m"}, {ID: "b", Model: "m"}})
+	b := f.Lookup("b")
+	f.Admit(now, b, LeaseSpec{RequestID: "r", Tokens: 40, TPOT: 10 * time.Millisecond})
+	all := f.Snapshot(now.Add(time.Second), nil)
+	got, ok := f.SnapshotOf(now.Add(time.Second), b)
+	if !ok || got.Index != 1 || got.InFlight != 1 || got.Pending != all[1].Pending || got.Member != b {
+		t.Errorf("SnapshotOf(b) = %+v, %v; want row 1 of Snapshot %+v", got, ok, all[1])
+	}
+	f.Rebuild([]routing.Instance{{ID: "a", Model: "m"}})
+	if _, ok := f.SnapshotOf(now, b); ok {
+		t.Error("SnapshotOf a removed member reported it listed")
+	}
+}

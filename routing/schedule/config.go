@@ -66,7 +66,32 @@ type Config struct {
 	// (all three as positions between worst and best) or "paper" (Q̂ raw,
 	// cost and latency as 1 − x/max, DESIGN §3.1).
 	Score string
+	// Binding says when a queued request is bound to its instance (README
+	// "Admission queue"): "early" (default) keeps every queued request on
+	// the instance it was decided for; "late" lets a slot that frees on an
+	// instance with an empty queue take the best queued request of another
+	// instance of the same offer (model, kind and prices). Late binding
+	// changed nothing beyond noise on validation (README), so it is off.
+	Binding string
+	// Bias turns the per-tier online correction of T̂ on ("on") or off
+	// ("off", default): each tier learns the mean ratio of observed to
+	// predicted E2E (queue wait included) from its successful releases and
+	// T̂ is multiplied by it (README "Predictions"). It lost on validation
+	// (README), so it is off.
+	Bias string
 }
+
+// Bias settings.
+const (
+	BiasOn  = "on"
+	BiasOff = "off"
+)
+
+// Bindings.
+const (
+	BindingLate  = "late"
+	BindingEarly = "early"
+)
 
 // Score normalisations.
 const (
@@ -126,6 +151,8 @@ func DefaultConfig() Config {
 		ExploreConcurrency:    1,
 		IdleAfter:             10 * time.Minute,
 		Score:                 ScoreLight,
+		Binding:               BindingEarly,
+		Bias:                  BiasOff,
 	}
 }
 
@@ -171,6 +198,8 @@ func (c Config) WithDefaults() Config {
 	setI(&c.ExploreConcurrency, d.ExploreConcurrency)
 	setD(&c.IdleAfter, d.IdleAfter)
 	setS(&c.Score, d.Score)
+	setS(&c.Binding, d.Binding)
+	setS(&c.Bias, d.Bias)
 	return c
 }
 
@@ -188,6 +217,12 @@ func (c Config) Validate() error {
 	}
 	if c.Score != ScoreRelative && c.Score != ScoreRange && c.Score != ScorePaper && c.Score != ScoreLight {
 		errs = append(errs, fmt.Errorf("schedule: score must be %q, %q, %q or %q, got %q", ScoreLight, ScoreRelative, ScoreRange, ScorePaper, c.Score))
+	}
+	if c.Bias != BiasOn && c.Bias != BiasOff {
+		errs = append(errs, fmt.Errorf("schedule: bias must be %q or %q, got %q", BiasOn, BiasOff, c.Bias))
+	}
+	if c.Binding != BindingLate && c.Binding != BindingEarly {
+		errs = append(errs, fmt.Errorf("schedule: binding must be %q or %q, got %q", BindingLate, BindingEarly, c.Binding))
 	}
 	if c.Confidence < 0 || c.Confidence > 1 {
 		errs = append(errs, fmt.Errorf("schedule: confidence must be in (0,1], got %v", c.Confidence))

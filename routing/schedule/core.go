@@ -47,7 +47,10 @@ type Core struct {
 	modelOf   map[string]int
 	tiers     []string      // Tier() of each listed instance, precomputed
 	lats      []TierLatency // latency model of each listed instance
+	biases    []*tierBias   // T̂ correction of each listed instance's tier
+	biasOf    map[string]*tierBias
 	queues    map[*fleet.Member]*admitQueue
+	members   []*fleet.Member // listed members, in listing order (late binding scans them)
 	sticky    *stickyMap
 	requeue   func([]*Ticket)
 	seq       uint64
@@ -81,6 +84,7 @@ type slot struct {
 	kv        float64
 	pending   float64
 	queued    float64 // Σ L̂ of the requests in the admission queue
+	bias      float64 // the tier's T̂ correction factor (0: none)
 }
 
 // NewCore returns the scheduler of cluster c.
@@ -145,10 +149,19 @@ func (c *Core) Update(cl *routing.Cluster) ([]*Ticket, error) {
 	c.fleet.Rebuild(cl.Instances)
 	c.models, c.priors, c.sources = c.models[:0], c.priors[:0], c.sources[:0]
 	c.modelOf = map[string]int{}
-	c.tiers, c.lats = c.tiers[:0], c.lats[:0]
+	c.tiers, c.lats, c.biases = c.tiers[:0], c.lats[:0], c.biases[:0]
+	if c.biasOf == nil {
+		c.biasOf = map[string]*tierBias{}
+	}
 	for _, in := range cl.Instances {
 		c.tiers = append(c.tiers, in.Tier())
 		c.lats = append(c.lats, bindTier(c.deps.Latency, in.Tier()))
+		b := c.biasOf[in.Tier()]
+		if b == nil {
+			b = &tierBias{}
+			c.biasOf[in.Tier()] = b
+		}
+		c.biases = append(c.biases, b)
 		m, ok := c.modelOf[in.Model]
 		if !ok {
 			m = len(c.models)
@@ -167,7 +180,8 @@ func (c *Core) Update(cl *routing.Cluster) ([]*Ticket, error) {
 		}
 	}
 	listed := map[*fleet.Member]bool{}
-	for _, m := range c.fleet.Members() {
+	c.members = c.fleet.Members()
+	for _, m := range c.members {
 		listed[m] = true
 	}
 	var orphans []*Ticket
@@ -335,31 +349,8 @@ func (c *Core) buildView(now time.Time) {
 	c.snaps = c.fleet.Snapshot(now, c.snaps)
 	c.view = c.view[:0]
 	for i := range c.snaps {
-		s := &c.snaps[i]
-		m := s.Member
-		q, queued := 0, 0.0
-		if aq := c.queues[m]; aq != nil {
-			q = aq.Len()
-			for _, t := range *aq {
-				queued += t.spec.Tokens
-			}
-		}
-		v := slot{
-			member:    m,
-			inst:      s.Instance,
-			lat:       c.lats[i],
-			model:     c.modelOf[s.Instance.Model],
-			healthy:   s.Healthy && !s.Instance.Disabled,
-			exploring: s.Exploring,
-			inflight:  s.InFlight,
-			queue:     q,
-			cap:       c.capOf(s.Instance),
-			running:   s.Running,
-			waiting:   s.Waiting,
-			kv:        s.KVUsage,
-			pending:   s.Pending,
-			queued:    queued,
-		}
+		v := c.slotOf(&c.snaps[i])
+		m := v.member
 		c.view = append(c.view, v)
 		if v.inflight > 0 {
 			// Dead reckoning follows the instance's present decode speed.
@@ -368,6 +359,45 @@ func (c *Core) buildView(now time.Time) {
 			})))
 		}
 	}
+}
+
+// slotOf is the local view of the instance of snapshot s. Called with c.mu
+// held.
+func (c *Core) slotOf(s *fleet.Snapshot) slot {
+	m := s.Member
+	q, queued := 0, 0.0
+	if aq := c.queues[m]; aq != nil {
+		q = aq.Len()
+		for _, t := range *aq {
+			queued += t.spec.Tokens
+		}
+	}
+	return slot{
+		member:    m,
+		inst:      s.Instance,
+		lat:       c.lats[s.Index],
+		model:     c.modelOf[s.Instance.Model],
+		healthy:   s.Healthy && !s.Instance.Disabled,
+		exploring: s.Exploring,
+		inflight:  s.InFlight,
+		queue:     q,
+		cap:       c.capOf(s.Instance),
+		running:   s.Running,
+		waiting:   s.Waiting,
+		kv:        s.KVUsage,
+		pending:   s.Pending,
+		queued:    queued,
+		bias:      c.biasFactor(s.Index),
+	}
+}
+
+// biasFactor is the T̂ correction of the instance at listing index i (0
+// when the correction is off). Called with c.mu held.
+func (c *Core) biasFactor(i int) float64 {
+	if c.cfg.Bias != BiasOn || i < 0 || i >= len(c.biases) {
+		return 0
+	}
+	return c.biases[i].factor()
 }
 
 // orderBatch fills c.order: longest predicted output first (L̂ of the
@@ -519,12 +549,15 @@ func (c *Core) decide(now time.Time, t *Ticket, est *routing.PromptEstimate, bat
 			cand.Tokens = float64(mt)
 			cand.Cost = v.inst.CostUSD(float64(r.PromptTokens), cand.Tokens)
 			cand.Latency -= cand.TPOT * cut
+			cand.Raw -= cand.TPOT * cut
 			d.PredictedOutputTokens, d.PredictedCostUSD, d.PredictedE2E = cand.Tokens, cand.Cost, seconds(cand.Latency)
 		}
 	}
 	t.Decision = d
 	t.decided = now
 	t.member = v.member
+	t.tier = c.biases[cand.Index]
+	t.raw = cand.Raw
 	t.spec = fleet.LeaseSpec{
 		RequestID: r.ID,
 		Tokens:    cand.Tokens,
@@ -616,7 +649,7 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 		cd := &cands[len(cands)-1]
 		cd.Index, cd.Model, cd.Quality, cd.Tokens, cd.Cost = i, m, q, L, p.Cost
 		cd.TTFT, cd.TPOT, cd.Wait = p.TTFT, p.TPOT, p.Wait
-		cd.Latency = p.Latency
+		cd.Latency, cd.Raw = p.Latency, p.Raw
 		if c.cfg.Score == ScoreLight {
 			cd.Light = lightService(v, prompt, L)
 		}
@@ -758,12 +791,16 @@ func (c *Core) Release(now time.Time, t *Ticket, o routing.Outcome) {
 	}
 	c.fleet.Release(now, t.lease, o)
 	t.state = ticketReleased
+	if o.Err == nil && o.OutputTokens > 0 && t.tier != nil && !o.Truncated {
+		t.tier.observe((t.Decision.QueueWait + o.E2E).Seconds(), t.raw)
+	}
 	c.unqueued(t)
 	var requeued []*Ticket
 	if o.Upstream && c.requeue != nil && !c.fleet.Healthy(t.member) {
 		requeued = c.drainQueue(t.member)
 	} else {
 		c.admitQueued(now, t.member)
+		c.lateBind(now, t.member)
 	}
 	for _, n := range c.notify {
 		n.Notify(n)
@@ -879,6 +916,102 @@ func (c *Core) admitQueued(now time.Time, m *fleet.Member) {
 		t.q = nil
 		c.admit(now, t)
 		c.notify = append(c.notify, t)
+	}
+}
+
+// lateBind fills the free slots of m, whose own queue is empty, with
+// requests queued on other instances of the same offer (sameOffer: model,
+// kind and prices, so Q̂, L̂, Ĉ and the budget clamp do not change): the
+// best of them in admission order (starvation level, priority class,
+// predicted workflow tokens, arrival), skipping workflow stages (they keep
+// their sticky instance) and requests that exclude m. A moved request is
+// admitted at once with its predictions (TTFT̂, TPOT̂, T̂, the lease's
+// load) recomputed on m's present state from the L̂ it carries; the
+// estimator is not asked again. Without it a request stays on the instance
+// it was queued on while a replica beside it idles (README "Admission
+// queue"). Called with c.mu held; admitted tickets go to c.notify.
+func (c *Core) lateBind(now time.Time, m *fleet.Member) {
+	if c.cfg.Binding != BindingLate {
+		return
+	}
+	if aq := c.queues[m]; aq != nil && aq.Len() > 0 {
+		return // m's own queue comes first (admitQueued left it non-empty: m is full)
+	}
+	s, ok := c.fleet.SnapshotOf(now, m)
+	if !ok || !s.Healthy || s.Instance.Disabled {
+		return
+	}
+	in := s.Instance
+	for inflight := s.InFlight; inflight < c.capOf(in); inflight++ {
+		t := c.stealFor(m, in)
+		if t == nil {
+			return
+		}
+		t.q.remove(t)
+		t.q = nil
+		if s2, ok := c.fleet.SnapshotOf(now, m); ok {
+			s = s2
+		}
+		c.rebind(t, c.slotOf(&s), s.Index)
+		c.admit(now, t)
+		c.notify = append(c.notify, t)
+	}
+}
+
+// sameOffer reports whether a request decided for a may run on b with the
+// same estimates and prices.
+func sameOffer(a, b *routing.Instance) bool {
+	return a.Model == b.Model && a.Kind.Embedding() == b.Kind.Embedding() &&
+		a.PriceInPerMTok == b.PriceInPerMTok && a.PriceOutPerMTok == b.PriceOutPerMTok
+}
+
+// stealFor returns the queued ticket of another instance of m's offer that
+// m should admit next, or nil. Called with c.mu held.
+func (c *Core) stealFor(m *fleet.Member, in *routing.Instance) *Ticket {
+	var best *Ticket
+	for _, d := range c.members {
+		aq := c.queues[d]
+		if d == m || aq == nil || aq.Len() == 0 {
+			continue
+		}
+		din := c.fleet.Instance(d)
+		if !sameOffer(&din, in) {
+			continue
+		}
+		for _, t := range *aq {
+			if t.Req.Workflow != "" || (len(t.Req.Exclude) > 0 && excluded(t.Req, in.ID)) {
+				continue
+			}
+			if best == nil || before(t, best) {
+				best = t
+			}
+		}
+	}
+	return best
+}
+
+// rebind moves the decided ticket t to the instance of view v: its
+// decision and lease spec are predicted again there (below the cap, so no
+// queue wait) with the same L̂. Called with c.mu held.
+func (c *Core) rebind(t *Ticket, v slot, index int) {
+	r := t.Req
+	prompt := float64(r.PromptTokens)
+	L := t.spec.Tokens
+	p := predict(&v, prompt, L)
+	t.member = v.member
+	t.raw = p.Raw
+	if index < len(c.biases) {
+		t.tier = c.biases[index]
+	}
+	t.Decision.Instance = *v.inst
+	t.Decision.PredictedTTFT = seconds(p.TTFT)
+	t.Decision.PredictedE2E = seconds(p.Latency)
+	t.Decision.PredictedCostUSD = p.Cost
+	t.moved = true
+	t.spec.TTFT, t.spec.TPOT = seconds(p.TTFT), seconds(p.TPOT)
+	t.spec.Load = routing.Load{
+		Running: v.running + 1, Waiting: v.waiting + float64(v.queue), KVUsage: v.kv,
+		PendingDecodeTokens: v.pending, PromptTokens: prompt,
 	}
 }
 

@@ -36,6 +36,8 @@ type Candidate struct {
 	// Latency is T̂[r,i] in seconds (TTFT + queue wait + decode);
 	// LatencyNorm is Latency / max over candidates.
 	Latency, LatencyNorm float64
+	// Raw is Latency without the tier's learnt bias factor.
+	Raw float64
 	// QualityTerm, CostTerm and LatencyTerm are the score's normalised
 	// terms, higher is better, 1 for the best candidate (see Config.Score
 	// and Score): in [0,1] except the "light" and "relative" latency

@@ -1,6 +1,10 @@
 package schedule
 
-import "github.com/routebalance/routebalance/routing"
+import (
+	"math"
+
+	"github.com/routebalance/routebalance/routing"
+)
 
 // prediction is what the scheduler predicts for one request on one
 // instance, in seconds and USD (README "Predictions").
@@ -12,8 +16,9 @@ type prediction struct {
 	// TPOT is TPOT̂ at the same load as TTFT (one more sequence running,
 	// this request's prompt tokens).
 	TPOT float64
-	// Latency is T̂ = TTFT + Wait + TPOT·L̂.
-	Latency float64
+	// Latency is T̂ = (TTFT + Wait + TPOT·L̂) × the tier's learnt bias
+	// factor; Raw is the same without the factor.
+	Latency, Raw float64
 	// Cost is Ĉ = prompt·price_in + L̂·price_out.
 	Cost float64
 }
@@ -47,9 +52,49 @@ func predict(v *slot, prompt, L float64) prediction {
 	if v.inflight >= v.cap {
 		p.Wait = p.TPOT * (max(v.pending/b, 1)/b + v.queued/b)
 	}
-	p.Latency = p.TTFT + p.Wait + p.TPOT*L
+	p.Raw = p.TTFT + p.Wait + p.TPOT*L
+	p.Latency = p.Raw
+	if v.bias > 0 {
+		p.Latency *= v.bias
+	}
 	p.Cost = v.inst.CostUSD(prompt, L)
 	return p
+}
+
+// tierBias is one tier's online correction of T̂: the mean of
+// observed / predicted E2E (both with the router's queue wait) over its
+// successful releases, in log space (a ratio of 2 and one of ½ cancel),
+// each sample clamped to [¼, 4] so one stalled request cannot swing it.
+// The mean is cumulative for the first biasWindow samples and then
+// exponential with weight 1/biasWindow, so it follows a tier whose
+// behaviour drifts (load, a new engine version).
+type tierBias struct {
+	logMean float64
+	n       int
+}
+
+// biasWindow is the effective number of releases the correction averages
+// over once it is warm (a fixed design constant, not chosen per world).
+const biasWindow = 200
+
+// factor is the multiplier applied to T̂ (1 before any sample).
+func (b *tierBias) factor() float64 {
+	if b == nil || b.n == 0 {
+		return 1
+	}
+	return math.Exp(b.logMean)
+}
+
+// observe adds one release: observed and predicted E2E in seconds.
+func (b *tierBias) observe(observed, predicted float64) {
+	if !(observed > 0) || !(predicted > 0) || math.IsInf(observed, 0) || math.IsInf(predicted, 0) {
+		return
+	}
+	x := math.Log(min(max(observed/predicted, 0.25), 4))
+	if b.n < biasWindow {
+		b.n++
+	}
+	b.logMean += (x - b.logMean) / float64(b.n)
 }
 
 // lightService is the request's T̂ on an idle instance of v's tier: alone

@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -45,8 +46,83 @@ func TestPredict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := predict(tc.v, 200, tc.L)
+			tc.want.Raw = tc.want.Latency // no bias factor on the slot
 			if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(prediction{}), cmpopts.EquateApprox(0, 1e-9)); d != "" {
 				t.Errorf("predict (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestPredictBias: the tier's learnt factor scales T̂ and nothing else;
+// Raw keeps the unscaled T̂ the factor learns from.
+func TestPredictBias(t *testing.T) {
+	inst := &routing.Instance{PriceInPerMTok: 1, PriceOutPerMTok: 2}
+	v := &slot{inst: inst, lat: linearTier{}, inflight: 4, cap: 4, queue: 2, running: 4, pending: 400, queued: 150}
+	plain := predict(v, 200, 100)
+	v.bias = 1.25
+	got := predict(v, 200, 100)
+	want := plain
+	want.Latency = 1.25 * plain.Latency
+	if d := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-12)); d != "" {
+		t.Errorf("predict with bias 1.25 (-want +got):\n%s", d)
+	}
+}
+
+// TestTierBias: the factor is 1 before any sample, the geometric mean of
+// the ratios while warming, clamped per sample, and follows a drift once
+// warm.
+func TestTierBias(t *testing.T) {
+	var b tierBias
+	if f := b.factor(); f != 1 {
+		t.Fatalf("cold factor %v, want 1", f)
+	}
+	b.observe(2, 1)
+	b.observe(1, 2)
+	if f := b.factor(); math.Abs(f-1) > 1e-12 {
+		t.Errorf("ratios 2 and ½: factor %v, want 1", f)
+	}
+	b.observe(1000, 1) // clamped to 4
+	if want := math.Pow(4, 1.0/3); math.Abs(b.factor()-want) > 1e-12 {
+		t.Errorf("after a stalled request: factor %v, want 4^(1/3) = %v", b.factor(), want)
+	}
+	for _, bad := range [][2]float64{{0, 1}, {1, 0}, {math.Inf(1), 1}, {math.NaN(), 1}} {
+		before := b
+		b.observe(bad[0], bad[1])
+		if b != before {
+			t.Errorf("observe(%v, %v) changed the state", bad[0], bad[1])
+		}
+	}
+	for range 10 * biasWindow {
+		b.observe(1.2, 1)
+	}
+	if f := b.factor(); math.Abs(f-1.2) > 1e-3 {
+		t.Errorf("after a long run at 1.2: factor %v, want 1.2", f)
+	}
+}
+
+// TestReleaseTeachesTheBias: a tier whose requests take twice the
+// predicted E2E has its later T̂ doubled; a failed or truncated request
+// teaches nothing; with Bias off nothing is learnt.
+func TestReleaseTeachesTheBias(t *testing.T) {
+	for _, mode := range []string{BiasOn, BiasOff} {
+		t.Run(mode, func(t *testing.T) {
+			c := &routing.Cluster{ID: "c", Version: 1, Instances: []routing.Instance{{ID: "a", Model: "m", GPU: "g"}}}
+			core := newCore(t, Config{Bias: mode}, Deps{Latency: tierLatency{tpot: map[string]float64{"m@g": 0.01}, ttft: map[string]float64{"m@g": 0.1}}}, c)
+			first := assign(core, t0, &routing.Request{ID: "1", Prompt: "p"})[0]
+			pred := first.Decision.PredictedE2E
+			core.Release(t0, first, routing.Outcome{OutputTokens: 100, E2E: 2 * pred})
+			failed := assign(core, t0, &routing.Request{ID: "f", Prompt: "p"})[0]
+			core.Release(t0, failed, routing.Outcome{OutputTokens: 100, E2E: 100 * pred, Err: context.Canceled})
+			cut := assign(core, t0, &routing.Request{ID: "t", Prompt: "p"})[0]
+			core.Release(t0, cut, routing.Outcome{OutputTokens: 100, E2E: 100 * pred, Truncated: true})
+			second := assign(core, t0, &routing.Request{ID: "2", Prompt: "p"})[0]
+			want := pred
+			if mode == BiasOn {
+				want = 2 * pred
+			}
+			if d := second.Decision.PredictedE2E - want; d > time.Microsecond || d < -time.Microsecond {
+				t.Errorf("second prediction %v, want %v (first %v)", second.Decision.PredictedE2E, want, pred)
 			}
 		})
 	}

@@ -51,6 +51,9 @@ type Ticket struct {
 	decided  time.Time
 	spec     fleet.LeaseSpec
 	workflow *stickyEntry
+	moved    bool      // admitted on another instance than decided (late binding)
+	tier     *tierBias // T̂ correction of the tier it was predicted on
+	raw      float64   // T̂ without the correction, seconds (Decision.PredictedE2E has it)
 }
 
 // admitQueue is one instance's STJF admission queue: ordered by
@@ -60,8 +63,10 @@ type admitQueue []*Ticket
 
 func (q admitQueue) Len() int { return len(q) }
 
-func (q admitQueue) Less(a, b int) bool {
-	x, y := q[a], q[b]
+func (q admitQueue) Less(a, b int) bool { return before(q[a], q[b]) }
+
+// before is the admission order: x is admitted before y.
+func before(x, y *Ticket) bool {
 	if x.level != y.level {
 		return x.level > y.level
 	}
