@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 )
 
@@ -147,11 +148,9 @@ func TestPlainClientDropsAConnectionTheInstanceClosed(t *testing.T) {
 				if res := resp.Relay(context.Background(), &recorder{}, nil); res.Status != ResultOK {
 					t.Fatalf("call %d: %+v", i, res)
 				}
-				// let the instance's close arrive before the next call
-				deadline := time.Now().Add(2 * time.Second)
-				for up.conns.Load() == int64(i+1) && time.Now().Before(deadline) && !connClosed(p, in.BaseURL) {
-					time.Sleep(time.Millisecond)
-				}
+				// the instance's close reaches the pooled connection before the
+				// next call (else that call would be written to it and fail)
+				testwait.Until(t, "the instance's close to reach the pooled connection", func() bool { return connClosed(p, in.BaseURL) })
 			}
 			if n := up.requests.Load(); n != 3 {
 				t.Errorf("the instance saw %d requests, want 3 (none resent)", n)
@@ -260,7 +259,9 @@ func FuzzPlainClientAnswer(f *testing.F) {
 			}
 			return httpAnswer(okChat, "")
 		}, func(int64) bool { return false })
-		p := newProxy(t, Config{ResponseHeaderTimeout: 200 * time.Millisecond})
+		// The first call is bounded by its context; the second, which must
+		// succeed, only by testwait.Bound, so a loaded machine cannot fail it.
+		p := newProxy(t, Config{ResponseHeaderTimeout: testwait.Bound})
 		in := instance(up.URL())
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel() // a body shorter than announced waits for the request's end
