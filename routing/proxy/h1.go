@@ -294,7 +294,7 @@ func (h *h1Client) roundTrip(ctx context.Context, t *h1Target, in *routing.Insta
 		resp.Body.Close()
 		return fail(err)
 	}
-	resp.Body = &h1Body{h: h, c: c, r: resp.Body, stop: stop, keep: !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols}
+	resp.Body = &h1Body{h: h, c: c, r: resp.Body, ctx: ctx, stop: stop, keep: !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols}
 	return resp, nil
 }
 
@@ -303,6 +303,7 @@ type h1Body struct {
 	h    *h1Client
 	c    *h1Conn
 	r    io.ReadCloser
+	ctx  context.Context // the call's: once it ends, reads fail even from buffered bytes
 	stop func() bool
 	keep bool // the response allows keep-alive
 	eof  bool // the body was read to its end
@@ -318,6 +319,14 @@ func (b *h1Body) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		return 0, errBodyClosed
+	}
+	if err := b.ctx.Err(); err != nil {
+		// As with net/http: a cancelled call reads nothing more, though
+		// the rest of the answer may sit in the connection's buffer.
+		b.done = true
+		b.stop()
+		b.c.discard()
+		return 0, err
 	}
 	n, err := b.r.Read(p)
 	if err == io.EOF {
