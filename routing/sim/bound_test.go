@@ -1,10 +1,15 @@
 package sim
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"testing"
 
+	"github.com/routebalance/routebalance/routing"
 	"github.com/routebalance/routebalance/routing/engine"
+	"github.com/routebalance/routebalance/routing/schedule"
+	"github.com/routebalance/routebalance/routing/sim/metrics"
 	"github.com/routebalance/routebalance/routing/sim/workload"
 )
 
@@ -73,5 +78,56 @@ func TestFluidBoundPrefersTheCheapTier(t *testing.T) {
 	heavy := FluidBound(f, 1, items, 10)
 	if !(heavy.Shares[1] > 0) || math.Abs(heavy.Shares[0]+heavy.Shares[1]-1) > 1e-9 {
 		t.Errorf("heavy: shares %v, want both tiers used, summing to 1", heavy.Shares)
+	}
+}
+
+// boundWorld: two tiers of two instances, batch-sensitive decode.
+const boundWorld = `{"name":"bound","tiers":[
+ {"model":"big","gpu":"g","tensor_parallel":1,"instances":2,"tpot_ms_light":30,"tpot_load_factor":2.5,"max_num_seqs":8,
+  "ttft_overhead_ms":40,"prefill_ms_per_1k_prompt_tokens":50,"price_in_per_mtok":1,"price_out_per_mtok":1,"verbosity":1.2},
+ {"model":"small","gpu":"g","tensor_parallel":1,"instances":2,"tpot_ms_light":15,"tpot_load_factor":3,"max_num_seqs":8,
+  "ttft_overhead_ms":30,"prefill_ms_per_1k_prompt_tokens":30,"price_in_per_mtok":0.1,"price_out_per_mtok":0.1,"verbosity":0.8}],
+ "output_lengths":{"sigma":0.6,"median_tokens_by_task":{"default":40,"long":120}},"calibration_targets":{}}`
+
+// TestFluidBoundHoldsInTheEngine runs the real scheduler over the real
+// engines and checks that no policy's mean E2E falls under the bound —
+// the bound's TPOT model is the engine's. Rates up to 70 % of the fluid
+// capacity; the oracle, which reads each prompt's true length per model,
+// is left out on purpose.
+func TestFluidBoundHoldsInTheEngine(t *testing.T) {
+	f, err := engine.ParseCluster([]byte(boundWorld))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []workload.Item
+	for k := range 300 {
+		task := "default"
+		if k%4 == 0 {
+			task = "long"
+		}
+		items = append(items, workload.Item{ID: fmt.Sprint(k), Prompt: fmt.Sprintf("question number %d about something", k), Task: task,
+			Scores: map[string]float64{"big": 1, "small": float64(k % 2)}})
+	}
+	w := NewWorld(f)
+	for _, rate := range []float64{2, 4, 6} { // the fluid capacity is ≈ 8.7 req/s
+		b := FluidBound(f, w.Seed, items, rate)
+		for _, pol := range []string{schedule.PolicyShortestQueue, schedule.PolicyRoundRobin, schedule.PolicyRouteBalance} {
+			arm := Arm{Policy: routing.PolicyConfig{Name: pol}}
+			r, err := NewCoreRouter(schedule.DefaultConfig(), schedule.Deps{}, w, arm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultConfig()
+			cfg.Rate, cfg.N, cfg.DecisionCost, cfg.Seed = rate, 1500, 0, 3
+			res, err := Run(context.Background(), cfg, w, items, arm.Weights, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := Summarize(res, metrics.SLO{})
+			t.Logf("λ=%v %s: mean E2E %.3f s, bound %.3f s", rate, pol, c.MeanE2E, b.E2E)
+			if c.MeanE2E < b.E2E {
+				t.Errorf("λ=%v %s: mean E2E %.3f s under the fluid bound %.3f s", rate, pol, c.MeanE2E, b.E2E)
+			}
+		}
 	}
 }
