@@ -179,7 +179,10 @@ func connClosed(p *Proxy, base string) bool {
 // (a cancelled stream, an error answer read in part) closes the
 // connection; the next call gets a fresh one and a whole answer.
 func TestPlainClientNeverPoolsAnUnfinishedBody(t *testing.T) {
-	up := vllmtest.New(t, vllmtest.Config{Tokens: 50})
+	// The stream stalls after 5 tokens until the client goes away, so the
+	// cancel is the only way it can end (with all 50 tokens sent at once,
+	// the relay could read the whole answer before seeing the cancel).
+	up := vllmtest.New(t, vllmtest.Config{Tokens: 50, StallAfter: 5})
 	p := newProxy(t, Config{})
 	in := instance(up.URL)
 	ctx, cancel := context.WithCancel(context.Background())
