@@ -17,11 +17,13 @@ import (
 )
 
 // TestWhatIfMatchesObservedDemoTraffic sends Poisson traffic with the demo
-// tenant's key through the router to the emulated cluster, waits until the
-// ledger holds all of it, then asks the what-if preview for the weights
-// that traffic was routed with: it must replay the observed traffic
-// (source "observed", its arrival rate) and predict a mean E2E within
-// ±30 % of the observed mean for the same requests (issue 15 item 1).
+// tenant's key through the router to the emulated cluster — first a
+// warm-up until no instance is being explored, then the n requests
+// measured — waits until the ledger holds all of it, then asks the
+// what-if preview for the weights that traffic was routed with: it must
+// replay the observed traffic (source "observed", its arrival rate) and
+// predict a mean E2E within ±30 % of the observed mean for the same
+// requests (issue 15 item 1).
 func TestWhatIfMatchesObservedDemoTraffic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the service and 13 emulated instances")
@@ -116,17 +118,63 @@ func TestWhatIfMatchesObservedDemoTraffic(t *testing.T) {
 		wg.Wait()
 		return failed
 	}
-	const n = 200
-	if failed := send(n); failed > 0 {
-		t.Fatalf("%d of %d requests failed", failed, n)
-	}
-
 	var tok struct {
 		AccessToken string `json:"access_token"`
 	}
 	if st := call("POST", "/api/v1/login", "", map[string]string{"email": login[1], "password": login[2]}, &tok); st != 200 {
 		t.Fatal("login failed")
 	}
+	var cl struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	call("GET", "/api/v1/clusters", tok.AccessToken, nil, &cl)
+	if len(cl.Data) == 0 {
+		t.Fatal("the demo tenant has no cluster")
+	}
+	// exploring counts the instances the live router still explores: a
+	// new instance takes its first fleet.Config.ExploreRequests (3)
+	// requests whatever its score, so it is measured before it competes.
+	// The router knows the cluster from its first request on: until then
+	// (fewer than the 13 rows) every instance counts as exploring.
+	exploring := func() int {
+		var state map[string]any
+		call("GET", "/api/v1/clusters/"+cl.Data[0].ID+"/state", tok.AccessToken, nil, &state)
+		rows, _ := state["state"].([]any)
+		n := max(13-len(rows), 0)
+		for _, r := range rows {
+			if e, _ := r.(map[string]any)["exploring"].(bool); e {
+				n++
+			}
+		}
+		return n
+	}
+	// Warm-up: the same traffic until no instance is exploring. The
+	// preview replays recorded requests from the live state, explored
+	// instances included, so it never explores; measured over a window
+	// that held the exploration, the observed side had ≈ 15 requests (3
+	// on each of the 5 instances of the two big models, the slowest, and
+	// slower still on a loaded machine) that no replay sends. That, not
+	// the prediction, is what made the ratio fall under 0.7 on a loaded
+	// machine. The window compared is the n requests after the warm-up.
+	warm := 0
+	for warm < 400 && exploring() > 0 {
+		if failed := send(20); failed > 0 {
+			t.Fatalf("warm-up: %d of 20 requests failed", failed)
+		}
+		warm += 20
+	}
+	if k := exploring(); k > 0 {
+		t.Fatalf("%d instances still exploring after %d warm-up requests", k, warm)
+	}
+	t.Logf("warm-up: %d requests until no instance explores", warm)
+
+	const n = 200
+	if failed := send(n); failed > 0 {
+		t.Fatalf("%d of %d requests failed", failed, n)
+	}
+
 	// The meter writes in batches: wait until the ledger has every request
 	// (the bound is a hang guard).
 	for end := time.Now().Add(2 * time.Minute); ; {
@@ -136,20 +184,14 @@ func TestWhatIfMatchesObservedDemoTraffic(t *testing.T) {
 			} `json:"total"`
 		}
 		call("GET", "/api/v1/usage", tok.AccessToken, nil, &u)
-		if u.Total.Requests >= n {
+		if u.Total.Requests >= warm+n {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("ledger holds %d of %d requests", u.Total.Requests, n)
+			t.Fatalf("ledger holds %d of %d requests", u.Total.Requests, warm+n)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	var cl struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	call("GET", "/api/v1/clusters", tok.AccessToken, nil, &cl)
 	var st struct {
 		Weights map[string]float64 `json:"weights"`
 	}
@@ -241,7 +283,7 @@ func TestWhatIfMatchesObservedDemoTraffic(t *testing.T) {
 	more := make(chan int, 1)
 	go func() { more <- send(100) }()
 	for end := time.Now().Add(time.Minute); ; {
-		if sent.Load() >= n+30 && logState() > 0 {
+		if sent.Load() >= int64(warm+n+30) && logState() > 0 {
 			break
 		}
 		if time.Now().After(end) {

@@ -302,19 +302,71 @@ func (r *rls) predict(x *[NumFeatures]float64) float64 {
 	return s
 }
 
-// updateRel is an update weighted by 1/y², so the fit minimises squared
-// relative error Σ((y − θ·x)/y)² — the error that matters when
-// predictions range from tens of milliseconds (light load) to seconds
-// (queueing), and the one MAPE measures.
+// updateRel is an update weighted by 1/s², s = max(y, ŷ/RelFloor) with ŷ
+// the current prediction at x, so the fit minimises squared relative
+// error Σ((y − θ·x)/y)² — the error that matters when predictions range
+// from tens of milliseconds (light load) to seconds (queueing), and the
+// one MAPE measures — except that a sample far below the prediction
+// weighs as one at ŷ/relFloor, and no sample's relative error counts for
+// more than relClip. Plain 1/y² gave a sample 30× below the
+// prediction 900× the weight of an accurate one: on a loaded machine a
+// few near-zero TPOTs (tokens delivered in one burst after a late first
+// token; a non-streamed E2E barely above the TTFT̂ subtracted from it)
+// dragged a tier's TPOT̂ to the MinTPOT floor (1 ms for a ~9 ms tier),
+// and the what-if replay built on it predicted that tier 9× too fast. A
+// tier truly faster than its prior still learns: every sample pulls down,
+// each with bounded weight, and once ŷ is within RelFloor of y the
+// weighting is 1/y² again.
 func (r *rls) updateRel(x *[NumFeatures]float64, y, lambda float64) {
+	s := y
+	if f := r.predict(x) / relFloor; f > s {
+		s = f
+	}
 	var xs [NumFeatures]float64
 	for i, v := range x {
-		xs[i] = v / y
+		xs[i] = v / s
 	}
-	r.update(&xs, 1, lambda)
+	r.updateClipped(&xs, y/s, lambda, relClip)
 }
 
+// relFloor bounds the weight of a sample below the prediction in
+// updateRel: it weighs at most as one at ŷ/relFloor. relClip bounds the
+// residual one sample moves θ by (Huber's M-estimator in RLS form): a
+// relative error beyond ±relClip counts as ±relClip.
+const (
+	relFloor = 2
+	relClip  = 0.5
+)
+
 func (r *rls) update(x *[NumFeatures]float64, y, lambda float64) {
+	r.updateClipped(x, y, lambda, math.Inf(1))
+}
+
+// project keeps every load coefficient (all but the intercept) ≥ 0:
+// TPOT and TTFT never fall as load or the prompt grows. Unconstrained,
+// samples whose timing ran against the load (a loaded machine) fitted a
+// negative slope, TPOT̂ fell to the MinTPOT floor as an instance filled,
+// the scheduler sent it more and the slope fed on itself: in the demo one
+// 51B instance took 102 of 300 requests at a TPOT̂ of 1 ms (≈ 20 ms
+// true). A clamped coefficient is decoupled from the others (its
+// covariance row and column zeroed, its variance kept), so later
+// corrections go to the free coefficients instead of being spent on it
+// again.
+func (r *rls) project() {
+	for i := 1; i < NumFeatures; i++ {
+		if r.theta[i] >= 0 {
+			continue
+		}
+		r.theta[i] = 0
+		for j := range r.p {
+			if j != i {
+				r.p[i][j], r.p[j][i] = 0, 0
+			}
+		}
+	}
+}
+
+func (r *rls) updateClipped(x *[NumFeatures]float64, y, lambda, clip float64) {
 	var px [NumFeatures]float64
 	for i := range px {
 		for j := range x {
@@ -328,8 +380,14 @@ func (r *rls) update(x *[NumFeatures]float64, y, lambda float64) {
 	if !(den > 0) {
 		return
 	}
-	err := y - r.predict(x)
+	err := math.Max(-clip, math.Min(clip, y-r.predict(x)))
 	for i := range r.theta {
+		// Projected onto θ ≥ 0: TPOT and TTFT never fall as load or the
+		// prompt grows. Unconstrained, samples whose noise ran against
+		// the load (a loaded machine's timing) fitted a negative slope,
+		// TPOT̂ fell to the floor as the instance filled, the scheduler
+		// sent it more and the slope fed on itself: one 51B instance of
+		// the demo took 102 of 300 requests at a TPOT̂ of 1 ms.
 		r.theta[i] += px[i] / den * err
 	}
 	// P is symmetric, so xᵀP = (Px)ᵀ.
@@ -338,6 +396,7 @@ func (r *rls) update(x *[NumFeatures]float64, y, lambda float64) {
 			r.p[i][j] = (r.p[i][j] - px[i]*px[j]/den) / lambda
 		}
 	}
+	r.project()
 	// Bound the covariance so a long quiet period with λ < 1 cannot blow
 	// it up (covariance wind-up).
 	var top float64

@@ -164,3 +164,61 @@ func TestBindSeesLearning(t *testing.T) {
 		t.Errorf("bound TPOT went %v → %v after 200 observations of 0.200, want ≈ 0.200", before, after)
 	}
 }
+
+// TestNearZeroSamplesDoNotCollapseTPOT: on a loaded machine some measured
+// TPOTs are near zero (a stream delivered in one burst after a late first
+// token; a non-streamed E2E barely above the TTFT̂ subtracted from it).
+// Under plain 1/y² weighting one such sample outweighed hundreds of
+// accurate ones and a 9 ms tier's TPOT̂ fell to the 1 ms floor. With the
+// bounded weighting and residual the estimate stays near the truth, and a
+// tier truly 8× faster than its prior still learns its speed.
+func TestNearZeroSamplesDoNotCollapseTPOT(t *testing.T) {
+	idle := routing.Load{}
+	rng := rand.New(rand.NewSource(3))
+	m, _ := New(Config{})
+	m.SetPrior("gemma@a30", LightPrior(0.009, 1.3, 64, 0.02, 0.05))
+	for i := 0; i < 600; i++ {
+		l := routing.Load{Running: float64(rng.Intn(8))}
+		tpot := 0.009 * (1 + 0.05*rng.NormFloat64())
+		if i%10 == 9 {
+			tpot = 0.0002 + 0.0003*rng.Float64() // an artefact: 0.2–0.5 ms
+		}
+		m.Observe("gemma@a30", l, tpot, 0)
+	}
+	if got := m.TPOT("gemma@a30", idle); got < 0.006 || got > 0.010 {
+		t.Errorf("TPOT̂ at idle after 10 %% near-zero samples = %.2f ms, want within 6–10 ms of the 9 ms truth", got*1000)
+	}
+
+	fast, _ := New(Config{})
+	for i := 0; i < 600; i++ {
+		fast.Observe("fast@h100", idle, 0.005*(1+0.02*rng.NormFloat64()), 0)
+	}
+	if got := fast.TPOT("fast@h100", idle); math.Abs(got-0.005) > 0.0005 {
+		t.Errorf("a 5 ms tier under the 40 ms default prior learned %.2f ms, want 5 ± 0.5 ms", got*1000)
+	}
+}
+
+// TestLoadNeverLowersTPOT: samples whose timing ran against the load (a
+// loaded machine: the busier instance happened to be measured while the
+// machine was quieter) fitted a negative slope, so TPOT̂ fell to the floor
+// as an instance filled and the scheduler sent it ever more. The load
+// coefficients are kept ≥ 0: TPOT̂ never decreases with load.
+func TestLoadNeverLowersTPOT(t *testing.T) {
+	m, _ := New(Config{})
+	m.SetPrior("big@a100", LightPrior(0.020, 1.3, 64, 0.02, 0.05))
+	rng := rand.New(rand.NewSource(5))
+	for i := 0; i < 800; i++ {
+		run := float64(rng.Intn(32))
+		l := routing.Load{Running: run, KVUsage: run / 64, PendingDecodeTokens: run * 150}
+		// 30 ms at idle falling to 10 ms at 31 running: noise against the load.
+		m.Observe("big@a100", l, (0.030-0.00065*run)*(1+0.05*rng.NormFloat64()), 0)
+	}
+	prev := 0.0
+	for run := 0.0; run <= 64; run += 8 {
+		got := m.TPOT("big@a100", routing.Load{Running: run, KVUsage: run / 64, PendingDecodeTokens: run * 150})
+		if got < prev || got <= 0.001 {
+			t.Errorf("TPOT̂ at %v running = %.2f ms, below %.2f ms at less load (or at the 1 ms floor)", run, got*1000, prev*1000)
+		}
+		prev = got
+	}
+}
