@@ -128,11 +128,16 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 	}
 	// ask sends one demo prompt: to model ("auto" or one model), with the
 	// quality preset or the round-robin policy.
-	ask := func(it demoset.Item, model string, quality bool) (outcome, error) {
+	// Each request has its own X-Request-Id, phase:index: the judge samples
+	// by a hash of the id, so the same requests are sampled in every run
+	// (with random ids the ~20 % judged, and so what was learned, changed
+	// from run to run).
+	ask := func(id string, it demoset.Item, model string, quality bool) (outcome, error) {
 		opts := []option.RequestOption{option.WithHeader("X-RouteBalance-Policy", "round-robin")}
 		if quality {
 			opts = []option.RequestOption{option.WithHeader("X-RouteBalance-Preset", "quality")}
 		}
+		opts = append(opts, option.WithHeader("X-Request-Id", id))
 		var resp *http.Response
 		opts = append(opts, option.WithResponseInto(&resp))
 		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
@@ -145,8 +150,9 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 		q, _ := strconv.ParseFloat(resp.Header.Get("X-RouteBalance-Predicted-Quality"), 64)
 		return outcome{quality: quality, model: m, qhat: q, label: it.Scores[m]}, nil
 	}
-	// run sends n requests from workers goroutines: request i is job(i).
-	run := func(n, workers int, job func(i int) (demoset.Item, string, bool)) []outcome {
+	// run sends n requests from workers goroutines: request i is job(i),
+	// with the id phase:i.
+	run := func(phase string, n, workers int, job func(i int) (demoset.Item, string, bool)) []outcome {
 		results := make([]outcome, n)
 		var wg sync.WaitGroup
 		next := make(chan int)
@@ -157,7 +163,7 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 				defer wg.Done()
 				for i := range next {
 					it, model, quality := job(i)
-					r, err := ask(it, model, quality)
+					r, err := ask(phase+":"+strconv.Itoa(i), it, model, quality)
 					if err != nil {
 						failed.Do(func() { t.Errorf("request %d: %v", i, err) })
 						continue
@@ -178,10 +184,10 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 	// demo set: the mean true label of the models it chose. One request at
 	// a time, so every decision sees an idle fleet and the choice depends
 	// on the Q̂ alone, not on how a loaded machine interleaves requests.
-	servedQuality := func() float64 {
+	servedQuality := func(phase string) float64 {
 		var sum float64
 		chosen := map[string]int{}
-		for _, r := range run(len(items), 1, func(i int) (demoset.Item, string, bool) { return items[i], "auto", true }) {
+		for _, r := range run(phase, len(items), 1, func(i int) (demoset.Item, string, bool) { return items[i], "auto", true }) {
 			sum += r.label
 			chosen[r.model]++
 		}
@@ -189,7 +195,7 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 		return sum / float64(len(items))
 	}
 	// Before the judge: the quality preset on priors alone.
-	first := servedQuality()
+	first := servedQuality("before")
 	if t.Failed() {
 		return judgeStats{}
 	}
@@ -215,7 +221,7 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 		})
 	}
 	for from := 0; from < requests && !t.Failed(); from += judgeRound {
-		run(min(judgeRound, requests-from), 4, func(i int) (demoset.Item, string, bool) {
+		run("train-"+strconv.Itoa(from), min(judgeRound, requests-from), 4, func(i int) (demoset.Item, string, bool) {
 			i += from
 			return items[i%len(items)], "auto", i%4 == 3
 		})
@@ -227,6 +233,23 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 	t.Logf("judge: %d sampled, %d judged, %d dropped, %d failed, labels %v, spent $%.6f, $%.8f per label",
 		st.Stats.Sampled, st.Stats.Judged, st.Stats.Dropped, st.Stats.Failed, st.Stats.Labels, st.Stats.Spent, st.Stats.PerLabel)
 
+	// The latency model's view of each instance: with zero-latency
+	// engines every timing is the machine's, and the quality preset still
+	// weighs latency and cost at 0.1 each (logged to tell a choice made
+	// by them from one made by Q̂).
+	if _, body := doReq(t, "GET", base+"/api/v1/clusters/"+cid+"/state", tok, ""); body != "" {
+		var state struct {
+			State []struct {
+				Model  string  `json:"model"`
+				TPOTMs float64 `json:"tpot_ms"`
+				Served int     `json:"served"`
+			} `json:"state"`
+		}
+		json.Unmarshal([]byte(body), &state) //nolint:errcheck // logged only
+		for _, r := range state.State {
+			t.Logf("state %-34s tpot_ms %.3f served %d", r.Model, r.TPOTMs, r.Served)
+		}
+	}
 	if !check {
 		return st.Stats
 	}
@@ -261,7 +284,7 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 	}
 	models := demoset.Models()
 	sort.Strings(models)
-	sweep := run(len(items)*len(models), 4, func(i int) (demoset.Item, string, bool) {
+	sweep := run("sweep", len(items)*len(models), 4, func(i int) (demoset.Item, string, bool) {
 		return items[i/len(models)], models[i%len(models)], false
 	})
 	sum, truth := map[string]float64{}, map[string]float64{}
@@ -292,7 +315,7 @@ func learnWithJudge(t testing.TB, requests int, check bool) judgeStats {
 	for _, v := range best {
 		bestSingle = math.Max(bestSingle, v)
 	}
-	last := servedQuality()
+	last := servedQuality("after")
 	// What the judge taught must move the preset toward the oracle (the
 	// best label per prompt): close at least judgeGapShare of the gap
 	// from its served quality before the judge (measured one request at a

@@ -126,9 +126,26 @@ func answeredBy(prompt, answer string, models []string) (string, bool) {
 	return "", false
 }
 
+// judgment returns n for the next judgment of model's answer to prompt:
+// 1 for the first, 2 for the second … counted per (model, prompt), so the
+// scores a pair receives do not depend on how judgments of other pairs
+// interleave with it (one counter for all made the flips depend on the
+// order concurrent requests reached the judge).
+func (s *Server) judgment(prompt, model string) uint64 {
+	s.judgedMu.Lock()
+	defer s.judgedMu.Unlock()
+	if s.judged == nil {
+		s.judged = map[string]uint64{}
+	}
+	k := model + "\x00" + prompt
+	s.judged[k]++
+	return s.judged[k]
+}
+
 // judgeScore is the judge's n-th score, 1–5, of model's answer to prompt
 // with label q: 1 + round(4q), flipped with probability Flip by a draw
-// from the seed, the prompt, the model and n (each judgment draws anew).
+// from the seed, the prompt, the model and n (the n-th judgment of that
+// pair; each judgment draws anew).
 func (s *Server) judgeScore(prompt, model string, n uint64, q float64) int {
 	score := 1 + int(math.Round(4*math.Max(0, math.Min(1, q))))
 	u := float64(engine.Splitmix(engine.HashPrompt(s.seed^0x6a09e667, model, prompt)+n*0x9e3779b97f4a7c15)>>11) / (1 << 53)
@@ -158,7 +175,7 @@ func (s *Server) serveJudgment(w http.ResponseWriter, j *job, msg string) {
 		writeError(w, http.StatusBadRequest, "messages", "judge: the answer was not written by a labelled model")
 		return
 	}
-	n := s.judged.Add(1)
+	n := s.judgment(prompt, model)
 	content, stop := fmt.Sprintf("Score: %d", s.judgeScore(prompt, model, n, labels[model])), "stop"
 	out := chatResponse{ID: fmt.Sprintf("chatcmpl-judge-%d", n), Object: "chat.completion", Created: time.Now().Unix(), Model: s.model,
 		Choices: []chatChoice{{Index: 0, Message: &chatOutMessage{Role: "assistant", Content: &content}, FinishReason: &stop}},

@@ -103,7 +103,10 @@ type Server struct {
 	vocab   *Vocab
 	judge   *Judge
 	seed    uint64
-	judged  atomic.Uint64
+	// judgedMu guards judged: judgments so far per (model, prompt), the
+	// n of each one's flip draw.
+	judgedMu sync.Mutex
+	judged   map[string]uint64
 }
 
 // stream is a request's progress as the driver reports it; fields are
