@@ -59,6 +59,7 @@ type h1Target struct {
 // h1Conn is one upstream connection.
 type h1Conn struct {
 	c      net.Conn
+	lim    h1Limit // what br reads from: bounded while response headers are read
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	addr   string
@@ -149,7 +150,39 @@ func (h *h1Client) connect(ctx context.Context, addr string) (*h1Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &h1Conn{c: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 8<<10), addr: addr}, nil
+	c := &h1Conn{c: nc, lim: h1Limit{r: nc, n: -1}, bw: bufio.NewWriterSize(nc, 8<<10), addr: addr}
+	c.br = bufio.NewReaderSize(&c.lim, 16<<10)
+	return c, nil
+}
+
+// maxH1HeaderBytes bounds what the plain client reads from the network
+// while it waits for a response's headers (1xx answers included): an
+// instance that sends more is unreachable and its connection is closed.
+// net/http's transport allows 10 MB; vLLM sends well under 1 KiB.
+const maxH1HeaderBytes = 1 << 20
+
+var errH1HeadersTooLarge = errors.New("the instance's response headers exceed 1 MiB")
+
+// h1Limit reads from r at most n more bytes, failing after them with
+// errH1HeadersTooLarge; n < 0 is no limit.
+type h1Limit struct {
+	r io.Reader
+	n int64
+}
+
+func (l *h1Limit) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return l.r.Read(p)
+	}
+	if l.n == 0 {
+		return 0, errH1HeadersTooLarge
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
 }
 
 // discard closes a connection for good.
@@ -275,6 +308,7 @@ func (h *h1Client) roundTrip(ctx context.Context, t *h1Target, in *routing.Insta
 		return fail(err)
 	}
 	var resp *http.Response
+	c.lim.n = maxH1HeaderBytes
 	for {
 		var err error
 		resp, err = http.ReadResponse(c.br, nil)
@@ -290,6 +324,7 @@ func (h *h1Client) roundTrip(ctx context.Context, t *h1Target, in *routing.Insta
 		}
 		// 1xx: informational, the answer follows (as net/http skips it)
 	}
+	c.lim.n = -1
 	if err := c.c.SetReadDeadline(time.Time{}); err != nil {
 		resp.Body.Close()
 		return fail(err)

@@ -231,6 +231,51 @@ func TestPlainClientHeaderTimeout(t *testing.T) {
 	}
 }
 
+// TestPlainClientBoundsResponseHeaders: an instance whose response headers
+// (1xx answers included) run past maxH1HeaderBytes is unreachable, its
+// connection closed, the next call on a new one; headers of 64 KiB still
+// pass, and the limit does not reach the body read after them.
+func TestPlainClientBoundsResponseHeaders(t *testing.T) {
+	big := "X-Big: " + strings.Repeat("a", 2*maxH1HeaderBytes) + "\r\n"
+	many := strings.Repeat("HTTP/1.1 100 Continue\r\nX-Pad: "+strings.Repeat("b", 64<<10)+"\r\n\r\n", 20)
+	wide := "X-Wide: " + strings.Repeat("c", 64<<10) + "\r\n"
+	longBody := `{"pad":"` + strings.Repeat("d", 2*maxH1HeaderBytes) + `",` + okChat[1:]
+	up := newRawUpstream(t, func(n int64) string {
+		switch n {
+		case 1:
+			return httpAnswer(okChat, big)
+		case 2:
+			return many + httpAnswer(okChat, "")
+		case 3:
+			return httpAnswer(okChat, wide)
+		default:
+			return httpAnswer(longBody, "")
+		}
+	}, func(int64) bool { return false })
+	p := newProxy(t, Config{})
+	in := instance(up.URL())
+	for i, name := range []string{"one 2 MiB header", "20 informational answers of 64 KiB"} {
+		_, err := p.Open(context.Background(), in, chatCall(t))
+		if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "exceed 1 MiB") {
+			t.Fatalf("call %d (%s): err %v, want unreachable, headers too large", i+1, name, err)
+		}
+	}
+	for i, want := range []string{okChat, longBody} {
+		resp, err := p.Open(context.Background(), in, chatCall(t))
+		if err != nil {
+			t.Fatalf("call %d: %v", i+3, err)
+		}
+		rec := &recorder{}
+		res := resp.Relay(context.Background(), rec, nil)
+		if res.Status != ResultOK || !res.UsageReported || rec.String() != want {
+			t.Fatalf("call %d: %+v, body of %d bytes, want %d", i+3, res, len(rec.String()), len(want))
+		}
+	}
+	if n := up.conns.Load(); n != 3 {
+		t.Errorf("%d connections, want 3 (one per refused answer, then one shared by the two good calls)", n)
+	}
+}
+
 // FuzzPlainClientAnswer: whatever bytes an instance answers with, Open
 // and Relay end without a panic, a non-2xx or broken answer is an error,
 // and a call after it gets a whole answer (no connection left mid-answer
