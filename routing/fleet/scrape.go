@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,47 +38,113 @@ var ErrNoVLLMMetrics = errors.New("no vllm metrics in /metrics")
 // returns its running and waiting request counts and KV-cache use, summed
 // over every series (one per engine or model label). A page without any of
 // the three gauges is ErrNoVLLMMetrics.
+//
+// The page is read with scanMetrics (scanmetrics.go), which looks only at
+// the lines of those gauges and gives up on anything it is not sure it
+// reads as the Prometheus parser does; then the page goes to expfmt's
+// parser. Both fill the same families, so the checks below are one.
 func ParseMetrics(r io.Reader) (Scrape, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
+	page, err := io.ReadAll(r)
 	if err != nil {
 		return Scrape{}, fmt.Errorf("parse /metrics: %w", err)
 	}
+	var fs families
+	if !scanMetrics(page, &fs) {
+		fs = families{}
+		if err := parseMetricsText(page, &fs); err != nil {
+			return Scrape{}, err
+		}
+	}
+	return fs.scrape()
+}
+
+// parseMetricsText fills fs from page with the Prometheus text parser.
+func parseMetricsText(page []byte, fs *families) error {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(page))
+	if err != nil {
+		return fmt.Errorf("parse /metrics: %w", err)
+	}
+	for name, mf := range fams {
+		f := fs.of(name)
+		if f == nil {
+			continue
+		}
+		f.present = true
+		for _, m := range mf.GetMetric() {
+			f.add(value(m))
+		}
+	}
+	return nil
+}
+
+// family is what ParseMetrics keeps of one of the metric families it
+// reads: whether the page has a sample of it (the Prometheus parser drops
+// a family with only HELP or TYPE lines), the
+// sum and count of its samples in page order, and the last sample that is
+// not a finite value >= 0.
+type family struct {
+	present bool
+	sum     float64
+	n       int
+	hasBad  bool
+	bad     float64
+}
+
+func (f *family) add(x float64) {
+	if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+		f.hasBad, f.bad = true, x
+	}
+	f.sum += x
+	f.n++
+}
+
+// families are the four vLLM families ParseMetrics reads.
+type families struct{ running, waiting, kv, kvOld family }
+
+// of returns name's family, nil for any other metric.
+func (fs *families) of(name string) *family {
+	switch name {
+	case MetricRunning:
+		return &fs.running
+	case MetricWaiting:
+		return &fs.waiting
+	case MetricKVUsage:
+		return &fs.kv
+	case MetricKVUsageOld:
+		return &fs.kvOld
+	}
+	return nil
+}
+
+// scrape turns the families into a Scrape. The page is the upstream's
+// (tenant-controlled): a value that is not a finite count >= 0 makes the
+// scrape fail rather than reach the scheduler as NaN or a negative load.
+func (fs *families) scrape() (Scrape, error) {
 	var s Scrape
 	found := false
-	// The page is the upstream's (tenant-controlled): a value that is not
-	// a finite count >= 0 makes the scrape fail rather than reach the
-	// scheduler as NaN or a negative load.
 	var bad error
-	sum := func(name string) (float64, bool) {
-		f, ok := fams[name]
-		if !ok {
-			return 0, false
+	check := func(name string, f *family) {
+		if f.hasBad {
+			bad = fmt.Errorf("parse /metrics: %s = %v, want a finite value >= 0", name, f.bad)
 		}
-		v := 0.0
-		for _, m := range f.GetMetric() {
-			x := value(m)
-			if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
-				bad = fmt.Errorf("parse /metrics: %s = %v, want a finite value >= 0", name, x)
-			}
-			v += x
-		}
-		return v, true
 	}
-	if v, ok := sum(MetricRunning); ok {
-		s.Running, found = v, true
+	if f := &fs.running; f.present {
+		check(MetricRunning, f)
+		s.Running, found = f.sum, true
 	}
-	if v, ok := sum(MetricWaiting); ok {
-		s.Waiting, found = v, true
+	if f := &fs.waiting; f.present {
+		check(MetricWaiting, f)
+		s.Waiting, found = f.sum, true
 	}
-	kvName := MetricKVUsage
-	if _, ok := fams[kvName]; !ok {
-		kvName = MetricKVUsageOld
+	kvName, kv := MetricKVUsage, &fs.kv
+	if !kv.present {
+		kvName, kv = MetricKVUsageOld, &fs.kvOld
 	}
-	if f, ok := fams[kvName]; ok && len(f.GetMetric()) > 0 {
+	if kv.present && kv.n > 0 {
 		// KV use is a fraction per engine: average, not sum.
-		v, _ := sum(kvName)
-		s.KVUsage, found = v/float64(len(f.GetMetric())), true
+		check(kvName, kv)
+		s.KVUsage, found = kv.sum/float64(kv.n), true
 		if bad == nil && s.KVUsage > 1 {
 			bad = fmt.Errorf("parse /metrics: %s averages %v, want a fraction in [0, 1]", kvName, s.KVUsage)
 		}
