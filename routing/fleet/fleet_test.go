@@ -154,7 +154,7 @@ func TestSeedServedEndsExploration(t *testing.T) {
 // TestSnapshotOf: one member's snapshot equals its row of Snapshot, and a
 // member removed by a newer listing has none.
 func TestSnapshotOf(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
 	f := New(Config{}, []routing.Instance{{ID: "a", Model: "m"}, {ID: "b", Model: "m"}})
 	b := f.Lookup("b")
 	f.Admit(now, b, LeaseSpec{RequestID: "r", Tokens: 40, TPOT: 10 * time.Millisecond})

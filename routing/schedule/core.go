@@ -791,7 +791,7 @@ func (c *Core) Release(now time.Time, t *Ticket, o routing.Outcome) {
 	}
 	c.fleet.Release(now, t.lease, o)
 	t.state = ticketReleased
-	if o.Err == nil && o.OutputTokens > 0 && t.tier != nil && !o.Truncated {
+	if c.cfg.Bias == BiasOn && o.Err == nil && o.OutputTokens > 0 && t.tier != nil && !o.Truncated {
 		t.tier.observe((t.Decision.QueueWait + o.E2E).Seconds(), t.raw)
 	}
 	c.unqueued(t)
@@ -1007,7 +1007,6 @@ func (c *Core) rebind(t *Ticket, v slot, index int) {
 	t.Decision.PredictedTTFT = seconds(p.TTFT)
 	t.Decision.PredictedE2E = seconds(p.Latency)
 	t.Decision.PredictedCostUSD = p.Cost
-	t.moved = true
 	t.spec.TTFT, t.spec.TPOT = seconds(p.TTFT), seconds(p.TPOT)
 	t.spec.Load = routing.Load{
 		Running: v.running + 1, Waiting: v.waiting + float64(v.queue), KVUsage: v.kv,

@@ -51,7 +51,6 @@ type Ticket struct {
 	decided  time.Time
 	spec     fleet.LeaseSpec
 	workflow *stickyEntry
-	moved    bool      // admitted on another instance than decided (late binding)
 	tier     *tierBias // T̂ correction of the tier it was predicted on
 	raw      float64   // T̂ without the correction, seconds (Decision.PredictedE2E has it)
 }
