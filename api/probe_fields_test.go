@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -168,21 +167,7 @@ func TestProbeLongHeadersAreServed(t *testing.T) {
 // rawDo sends body as it is (not JSON-encoded) over the network.
 func rawDo(t *testing.T, method, url, token, body string) resp {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	r := resp{status: res.StatusCode, header: res.Header, raw: string(raw)}
-	json.Unmarshal(raw, &r.body) //nolint:errcheck // checked via raw
-	return r
+	return httpSend(t, method, url, token, strings.NewReader(body))
 }
 
 // TestProbeDisabledJudgeModelIsChecked: PUT quality-judge with enabled

@@ -50,6 +50,13 @@ func httpDo(t *testing.T, method, url, token string, body any) resp {
 		j, _ := json.Marshal(body)
 		rd = bytes.NewReader(j)
 	}
+	return httpSend(t, method, url, token, rd)
+}
+
+// httpSend sends rd (JSON, or nil for no body) over the network and
+// decodes a JSON answer.
+func httpSend(t *testing.T, method, url, token string, rd io.Reader) resp {
+	t.Helper()
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
 		t.Fatal(err)
