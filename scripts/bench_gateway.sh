@@ -16,8 +16,10 @@
 # round rotates): direct (instance 0 of the emulator), nginx (proxy_pass with
 # upstream keepalive, only when `nginx` is installed), rb-full (model auto,
 # API key, routebalance policy, the index, metering on embedded SQLite),
-# rb-noindex (the same without the index: quality priors), and rb-full-pg /
-# rb-noindex-pg (the same on Postgres, when DATABASE_URL answers). Every
+# rb-noindex (the same without the index: quality priors), rb-full-pg /
+# rb-noindex-pg (the same on Postgres, when DATABASE_URL answers), and
+# bifrost (a Bifrost HTTP gateway you built yourself, only when BIFROST_BIN
+# names its binary: started once, like nginx, in front of instance 0). Every
 # RouteBalance target is a fresh `routebalance serve` per round on its own
 # data, so only one gateway runs at a time.
 #
@@ -46,7 +48,20 @@
 #      through --pprof-addr, top lists printed, files in OUT_DIR), BASE_BIN
 #      (another routebalance binary, e.g. built from an earlier commit: the
 #      target rb-full-base is rb-full served by it, for a before/after
-#      comparison within the same rounds; name it in TARGETS).
+#      comparison within the same rounds; name it in TARGETS), BIFROST_BIN
+#      (a Bifrost `bifrost-http` binary you built beside the project, see
+#      docs/benchmarks.md §6; nothing of Bifrost is in this repository:
+#      target bifrost on PORT+4, its
+#      config.json written to the temporary work dir: one OpenAI-compatible
+#      provider whose base URL is instance 0 with a placeholder key, no auth on
+#      Bifrost's side, config store, logs store and request logging off; its
+#      built-in telemetry plugin cannot be switched off and stays on, its
+#      governance plugin fails to start without a config store and is not in
+#      the request path; wrk posts model "openai/<instance 0's model>").
+#      With bifrost and rb-full both measured the summary gives
+#      rb-full / bifrost req/s per round, its median, both CPU per request
+#      and the 1.2x verdict (Bifrost's allocations per request come from its
+#      own /metrics on its main port).
 set -euo pipefail
 data=${1:-../shared/data/llmrouter/train.jsonl}
 index=${2:-}
@@ -59,6 +74,7 @@ STREAM_N=${STREAM_N:-400}
 BASE_PORT=${BASE_PORT:-18600}
 PORT=${PORT:-18680}
 NGINX_PORT=$((PORT + 1))
+BIFROST_PORT=$((PORT + 4))
 PG=${PG:-1}
 PGURL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
 ALLOC_BENCH=${ALLOC_BENCH:-1}
@@ -131,6 +147,67 @@ EOF
   kill -0 "$nginx_pid" 2>/dev/null || { echo "nginx did not start:"; cat "$work/nginx/logs/"*; nginx_pid=""; }
 fi
 
+# Bifrost (optional): its bare proxy path to instance 0, started once.
+bifrost_pid=""
+if [ -n "${BIFROST_BIN:-}" ] && [[ " ${TARGETS:-bifrost} " == *" bifrost "* ]]; then
+  [ -x "$BIFROST_BIN" ] || { echo "bench_gateway: BIFROST_BIN=$BIFROST_BIN is not an executable" >&2; exit 1; }
+  mkdir -p "$work/bifrost"
+  cat >"$work/bifrost/config.json" <<EOF
+{
+  "\$schema": "https://www.getbifrost.ai/schema",
+  "client": {
+    "enable_logging": false,
+    "disable_content_logging": true,
+    "enforce_auth_on_inference": false,
+    "allow_direct_keys": false,
+    "drop_excess_requests": false
+  },
+  "config_store": {"enabled": false},
+  "logs_store": {"enabled": false},
+  "providers": {
+    "openai": {
+      "keys": [{"name": "emulator", "value": "not-checked", "models": [], "weight": 1.0}],
+      "network_config": {"base_url": "http://127.0.0.1:$BASE_PORT", "default_request_timeout_in_seconds": 30, "max_retries": 0},
+      "concurrency_and_buffer_size": {"concurrency": 1000, "buffer_size": 5000}
+    }
+  }
+}
+EOF
+  (cd "$work/bifrost" && exec "$BIFROST_BIN" -host 127.0.0.1 -port "$BIFROST_PORT" -app-dir "$work/bifrost" \
+    -log-level error >"$work/bifrost/stdout.log" 2>&1) &
+  bifrost_pid=$!
+  pids+=($bifrost_pid)
+  for _ in $(seq 150); do curl -sf "http://127.0.0.1:$BIFROST_PORT/health" >/dev/null 2>&1 && break; sleep 0.2; done
+  # a chat completion through it must come back 200 with the emulator's answer
+  if ! python3 - "$BIFROST_PORT" "$BASE_PORT" "$want" <<'PY'
+import json, sys, urllib.error, urllib.request
+bp, ep, model = sys.argv[1], sys.argv[2], sys.argv[3]
+def ask(port, m):
+    body = json.dumps({'model': m, 'messages': [{'role': 'user', 'content': 'What is 2+2?'}]}).encode()
+    req = urllib.request.Request(f'http://127.0.0.1:{port}/v1/chat/completions', data=body, headers={'Content-Type': 'application/json'})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        sys.exit(f'status {e.code} from port {port}: {e.read()[:400]!r}')
+st, b = ask(bp, 'openai/' + model)
+_, d = ask(ep, model)
+# the emulator's text differs from call to call (drawn lengths); its prompt
+# token count for the same messages does not
+got = b['choices'][0]['message']['content']
+ok = st == 200 and isinstance(got, str) and got != '' and b['usage']['prompt_tokens'] == d['usage']['prompt_tokens']
+if not ok:
+    sys.exit(f'unexpected answer: status {st}: {json.dumps(b)[:400]}')
+print(f'bench_gateway: bifrost answers 200 with the emulator\'s completion ({len(got)} chars, '
+      f'{b["usage"]["prompt_tokens"]} prompt tokens as direct, model {b.get("model")})', file=sys.stderr)
+PY
+  then
+    echo "bench_gateway: bifrost did not proxy a chat completion; its log:" >&2
+    tail -20 "$work/bifrost/stdout.log" >&2
+    exit 1
+  fi
+fi
+
 # setup_rb NAME SERVE_ARGS...: a data dir with a tenant, the 13 instances, an
 # API key; leaves NAME.key and NAME.args in $work. The server is stopped after.
 setup_rb() {
@@ -195,10 +272,11 @@ fi
 targets=()
 want_target direct && targets+=(direct)
 [ -n "$nginx_pid" ] && targets+=(nginx)
+[ -n "$bifrost_pid" ] && targets+=(bifrost)
 targets+=("${rb[@]}")
 python3 scripts/bench_gateway.py --bin "$bin" --work "$work" --out "$out" --data "$data" \
   --emulator-pid "$emu_pid" --base-port "$BASE_PORT" --port "$PORT" --nginx-port "$NGINX_PORT" \
-  --nginx-pid "${nginx_pid:-0}" --direct-model "$want" --rounds "$ROUNDS" --duration "$DURATION" \
+  --nginx-pid "${nginx_pid:-0}" --bifrost-port "$BIFROST_PORT" --bifrost-pid "${bifrost_pid:-0}" --direct-model "$want" --rounds "$ROUNDS" --duration "$DURATION" \
   --warmup "$WARMUP" --prompts "$PROMPTS" --stream-n "$STREAM_N" --stream-ab "${STREAM_AB:-500}" --targets "${targets[*]}" \
   --profile "${PROFILE:-}" --base-bin "${BASE_BIN:-}"
 
