@@ -149,6 +149,9 @@ fi
 
 # Bifrost (optional): its bare proxy path to instance 0, started once.
 bifrost_pid=""
+if [ -z "${BIFROST_BIN:-}" ] && [[ " ${TARGETS:-} " == *" bifrost "* ]]; then
+  echo "bench_gateway: target bifrost needs BIFROST_BIN (a Bifrost binary built beside the project): skipped" >&2
+fi
 if [ -n "${BIFROST_BIN:-}" ] && [[ " ${TARGETS:-bifrost} " == *" bifrost "* ]]; then
   [ -x "$BIFROST_BIN" ] || { echo "bench_gateway: BIFROST_BIN=$BIFROST_BIN is not an executable" >&2; exit 1; }
   mkdir -p "$work/bifrost"
