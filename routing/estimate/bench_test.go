@@ -366,3 +366,36 @@ func (r *refEmbedder) Embed(_ context.Context, texts []string, dst []float32) er
 	}
 	return nil
 }
+
+// BenchmarkObserveLengthMemo is the scheduler's learning on Release with
+// the default (head) estimator: one output length observed through the
+// decision's memo, for prompts estimated beforehand (the memo ring holds
+// them); cpu-ns/op is the CPU per released request.
+func BenchmarkObserveLengthMemo(b *testing.B) {
+	_, _, recs := benchIndexes(b)
+	headOnce.Do(func() {
+		emb, _ := NewBuiltin(DefaultBuiltinConfig())
+		headOnce.k, headOnce.err = Build(context.Background(), recs, Config{}, BuildOptions{Embedder: emb})
+	})
+	if headOnce.err != nil {
+		b.Fatal(headOnce.err)
+	}
+	k := headOnce.k
+	models := k.Models()
+	const n = 256
+	prompts := make([]string, n)
+	for i := range prompts {
+		prompts[i] = recs[(i*131)%len(recs)].Prompt
+	}
+	out := make([]routing.PromptEstimate, n)
+	if err := k.Estimate(context.Background(), prompts, models, nil, out); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 0
+	benchcpu.Measure(b, func() {
+		j := i % n
+		k.ObserveLengthMemo(out[j].Memo, prompts[j], models[i%len(models)], 50+i%400)
+		i++
+	})
+}

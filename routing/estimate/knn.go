@@ -260,13 +260,21 @@ type lenStat struct {
 	mean    float64
 	logMean float64
 	hist    routing.LengthHist
+	// fitW and expLog are what fitLengths reads of the cell, kept here so
+	// that a refit (on every observation) computes neither: min(n, 32)
+	// and exp(logMean).
+	fitW, expLog float64
 }
+
+// lenFitCap caps a cell's weight in the two-way length model.
+const lenFitCap = 32
 
 // observe folds l in; the mean follows the last ~maxN observations.
 func (s *lenStat) observe(l, maxN float64) {
 	s.n++
 	s.mean += (l - s.mean) / math.Min(s.n, maxN)
 	s.logMean += (math.Log(max(l, 1)) - s.logMean) / math.Min(s.n, maxN)
+	s.fitW, s.expLog = math.Min(s.n, lenFitCap), math.Exp(s.logMean)
 	if s.n > maxN {
 		for b := range s.hist {
 			s.hist[b] *= float32(1 - 1/maxN)
@@ -289,6 +297,7 @@ type knnScratch struct {
 	heads []int
 	memos []uint64
 	base  []Neighbor // best stored prompt of each query before the online ring
+	tasks []int32    // the head's predicted task of each prompt (-1: no head)
 }
 
 // newKNN wires a KNN around an embedder and an index of base rows.
@@ -458,14 +467,21 @@ func (k *KNN) Estimate(ctx context.Context, prompts []string, models []string, p
 			k.fill(s.nb[j*kk:(j+1)*kk], s.cols, priors, &out[j])
 		}
 	}
+	if cap(s.tasks) < n {
+		s.tasks = make([]int32, n)
+	}
+	s.tasks = s.tasks[:n]
+	for j := range s.tasks {
+		s.tasks[j] = -1
+	}
 	if useHead {
 		s.growHead(k.head)
 		for j := range prompts {
-			k.fillHead(s.vecs[j*k.dim:(j+1)*k.dim], &s.raw[j], s, priors, &out[j], useKNN)
+			s.tasks[j] = int32(k.fillHead(s.vecs[j*k.dim:(j+1)*k.dim], &s.raw[j], s, priors, &out[j], useKNN))
 		}
 	}
 	for j := range prompts {
-		out[j].Memo = k.memo.put(s.vecs[j*k.dim:(j+1)*k.dim], &s.raw[j], s.base[j])
+		out[j].Memo = k.memo.put(s.vecs[j*k.dim:(j+1)*k.dim], &s.raw[j], s.base[j], memoTask{head: k.head, task: s.tasks[j]})
 	}
 	return nil
 }
@@ -492,9 +508,10 @@ func argmax32(p []float32) int {
 }
 
 // fillHead writes the head's quality (and, unless blend, the per-task
-// length) of one prompt into e; with blend the KNN estimate already in e
-// is averaged with the head's. k.mu is held.
-func (k *KNN) fillHead(emb []float32, raw *[NumPromptFeatures]float32, s *knnScratch, priors []float64, e *routing.PromptEstimate, blend bool) {
+// length) of one prompt into e and returns the prompt's predicted task;
+// with blend the KNN estimate already in e is averaged with the head's.
+// k.mu is held.
+func (k *KNN) fillHead(emb []float32, raw *[NumPromptFeatures]float32, s *knnScratch, priors []float64, e *routing.PromptEstimate, blend bool) int {
 	h := k.head
 	h.forward(emb, raw, s.xt, s.p, s.x)
 	task := argmax32(s.p)
@@ -547,6 +564,7 @@ func (k *KNN) fillHead(emb []float32, raw *[NumPromptFeatures]float32, s *knnScr
 			e.Length[m], e.Hist[m] = k.cfg.DefaultLength, k.defaultHist
 		}
 	}
+	return task
 }
 
 // lenPseudo is the weight, in observations, of the two-way length model's
@@ -576,7 +594,7 @@ func (k *KNN) lenFallback(t int, col *column) (float64, bool) {
 
 // fitLengths refits the two-way length model to the cells by a few sweeps
 // of alternating weighted least squares (weights = cell counts capped at
-// 32); k.mu is held for writing. T × models cells: microseconds.
+// lenFitCap); k.mu is held for writing. T × models cells: microseconds.
 func (k *KNN) fitLengths() {
 	T := len(k.lenA)
 	if T == 0 {
@@ -590,8 +608,8 @@ func (k *KNN) fitLengths() {
 		for t := range c.taskLen {
 			if cell := &c.taskLen[t]; cell.n > 0 && t < T {
 				k.lenSeen[t] = true
-				w := math.Min(cell.n, 32)
-				rs += w * cell.mean / math.Exp(cell.logMean)
+				w := cell.fitW
+				rs += w * cell.mean / cell.expLog
 				rw += w
 			}
 		}
@@ -605,9 +623,9 @@ func (k *KNN) fitLengths() {
 			var s, w float64
 			for _, c := range k.models {
 				if t < len(c.taskLen) && c.taskLen[t].n > 0 {
-					wi := math.Min(c.taskLen[t].n, 32)
-					s += wi * (c.taskLen[t].logMean - c.lenB)
-					w += wi
+					cell := &c.taskLen[t]
+					s += cell.fitW * (cell.logMean - c.lenB)
+					w += cell.fitW
 				}
 			}
 			if w > 0 {
@@ -617,10 +635,9 @@ func (k *KNN) fitLengths() {
 		for _, c := range k.models {
 			var s, w float64
 			for t := range c.taskLen {
-				if t < T && c.taskLen[t].n > 0 {
-					wi := math.Min(c.taskLen[t].n, 32)
-					s += wi * (c.taskLen[t].logMean - k.lenA[t])
-					w += wi
+				if cell := &c.taskLen[t]; t < T && cell.n > 0 {
+					s += cell.fitW * (cell.logMean - k.lenA[t])
+					w += cell.fitW
 				}
 			}
 			if w > 0 {
@@ -801,6 +818,11 @@ func (k *KNN) MemoHits() (hits, misses uint64) {
 }
 
 func (k *KNN) observe(memo uint64, prompt, model string, q, l float64) error {
+	if q != q && k.mode == "head" {
+		if done, err := k.observeLengthByTask(memo, model, l); done {
+			return err
+		}
+	}
 	s := k.scratch.Get().(*knnScratch)
 	defer k.scratch.Put(s)
 	s.vecs = growF32(s.vecs, k.dim)
@@ -876,6 +898,39 @@ func (k *KNN) observe(memo uint64, prompt, model string, q, l float64) error {
 	return nil
 }
 
+// observeLengthByTask is observe of a length alone in head mode when the
+// decision's memo still holds the task its head predicted: the task is
+// all the length cells need, so the prompt is neither copied out of the
+// memo nor run through the head again (the same updates as observe's full
+// path). done is false when the memo expired or the head was replaced
+// since the estimate; observe then takes the full path.
+func (k *KNN) observeLengthByTask(memo uint64, model string, l float64) (done bool, _ error) {
+	mt, ok := k.memo.taskOf(memo)
+	if !ok || mt.head == nil {
+		return false, nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if mt.head != k.head || k.mode != "head" {
+		return false, nil
+	}
+	k.memo.hit()
+	c, err := k.column(model, true)
+	if err != nil {
+		k.cfg.Logger.Warn("estimate: observation dropped", slog.String("error", err.Error()))
+		return true, err
+	}
+	col := k.models[c]
+	if l == l {
+		col.observePrior(l)
+		if task := int(mt.task); task >= 0 && task < len(col.taskLen) {
+			col.taskLen[task].observe(l, taskLenWindow)
+			k.fitLengths()
+		}
+	}
+	return true, nil
+}
+
 // memoRing keeps the embedding, features and best stored prompt of the
 // last estimates, addressed by a handle that is never reused.
 type memoRing struct {
@@ -885,8 +940,17 @@ type memoRing struct {
 	vecs         []float32
 	raw          [][NumPromptFeatures]float32
 	base         []Neighbor
+	task         []memoTask
 	last         uint64
 	hits, misses uint64
+}
+
+// memoTask is the task the head predicted for a memo's prompt, and which
+// head predicted it (the task classifier never learns online, so the same
+// head gives the same task for the same inputs).
+type memoTask struct {
+	head *Head
+	task int32
 }
 
 func (r *memoRing) init(n, dim int) {
@@ -895,11 +959,12 @@ func (r *memoRing) init(n, dim int) {
 	r.vecs = make([]float32, n*dim)
 	r.raw = make([][NumPromptFeatures]float32, n)
 	r.base = make([]Neighbor, n)
+	r.task = make([]memoTask, n)
 }
 
 // put stores one estimate's inputs and returns its handle (0 when the ring
 // is off).
-func (r *memoRing) put(v []float32, raw *[NumPromptFeatures]float32, base Neighbor) uint64 {
+func (r *memoRing) put(v []float32, raw *[NumPromptFeatures]float32, base Neighbor, task memoTask) uint64 {
 	if len(r.gen) == 0 {
 		return 0
 	}
@@ -911,7 +976,30 @@ func (r *memoRing) put(v []float32, raw *[NumPromptFeatures]float32, base Neighb
 	copy(r.vecs[slot*r.dim:(slot+1)*r.dim], v)
 	r.raw[slot] = *raw
 	r.base[slot] = base
+	r.task[slot] = task
 	return r.last
+}
+
+// hit counts a memo used through taskOf.
+func (r *memoRing) hit() {
+	r.mu.Lock()
+	r.hits++
+	r.mu.Unlock()
+}
+
+// taskOf returns the task stored behind handle h, without copying the
+// inputs, and reports whether it was still there.
+func (r *memoRing) taskOf(h uint64) (memoTask, bool) {
+	if h == 0 || len(r.gen) == 0 {
+		return memoTask{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	slot := int((h - 1) % uint64(len(r.gen)))
+	if r.gen[slot] != h {
+		return memoTask{}, false
+	}
+	return r.task[slot], true
 }
 
 // get copies the inputs behind handle h and reports whether they were
