@@ -112,7 +112,7 @@ type meterArm struct {
 // recording one event every gap, like requests finishing), then as one
 // burst, and measures CPU per event, transactions per event (paced) and
 // events/s (burst).
-func runMeterArm(b *testing.B, n int, flush time.Duration, gap time.Duration) meterArm {
+func runMeterArm(b *testing.B, n int, flush time.Duration, gap time.Duration, writers int) meterArm {
 	b.Helper()
 	db, err := sqlstore.OpenSQLite(filepath.Join(b.TempDir(), "bench.db"))
 	if err != nil {
@@ -127,6 +127,7 @@ func runMeterArm(b *testing.B, n int, flush time.Duration, gap time.Duration) me
 	cfg.SpillDir = b.TempDir()
 	cfg.Buffer = 2*n + 1 // hold a whole burst: measure the writer, not the spill file
 	cfg.FlushInterval = flush
+	cfg.Writers = writers
 	m, err := billing.NewMeter(cfg, led, billing.NewGuard(nil, time.Hour), slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		b.Fatal(err)
@@ -181,14 +182,18 @@ func runMeterArm(b *testing.B, n int, flush time.Duration, gap time.Duration) me
 // meter and SQLite together) and transactions per event under paced
 // arrivals (4 producers, one event each per millisecond: ≈ 4,000 events/s
 // arriving one by one, the gateway's request rate), events/s in a burst
-// (where both arms batch); and the CPU ratio.
+// (where both arms batch); and the CPU ratio. A third arm, one-writer, is
+// the batched meter with one flusher goroutine (Config.Writers = 1, what
+// serve runs on SQLite, which takes one writer at a time anyway) instead
+// of the default two.
 //
 //	go test -run '^$' -bench MeterSQLiteBatching -benchtime 20000x ./billing/
 func BenchmarkMeterSQLiteBatching(b *testing.B) {
 	n := max(b.N, 640)
 	const gap = time.Millisecond
-	today := runMeterArm(b, n, 0, gap)
-	batched := runMeterArm(b, n, 10*time.Millisecond, gap)
+	today := runMeterArm(b, n, 0, gap, billing.DefaultConfig().Writers)
+	batched := runMeterArm(b, n, 10*time.Millisecond, gap, billing.DefaultConfig().Writers)
+	one := runMeterArm(b, n, 10*time.Millisecond, gap, 1)
 	b.ReportMetric(float64(today.cpuPerEvent.Nanoseconds())/1e3, "today-cpu-µs/ev")
 	b.ReportMetric(float64(batched.cpuPerEvent.Nanoseconds())/1e3, "batched-cpu-µs/ev")
 	b.ReportMetric(today.txPerEvent, "today-tx/ev")
@@ -196,6 +201,8 @@ func BenchmarkMeterSQLiteBatching(b *testing.B) {
 	b.ReportMetric(float64(today.cpuPerEvent)/float64(batched.cpuPerEvent), "cpu-ratio-today/batched")
 	b.ReportMetric(1e9/float64(today.cpuPerEvent.Nanoseconds()), "today-ev/cpu-s")
 	b.ReportMetric(1e9/float64(batched.cpuPerEvent.Nanoseconds()), "batched-ev/cpu-s")
+	b.ReportMetric(float64(one.cpuPerEvent.Nanoseconds())/1e3, "one-writer-cpu-µs/ev")
+	b.ReportMetric(one.txPerEvent, "one-writer-tx/ev")
 	b.ReportMetric(today.burstPerSec, "today-burst-ev/s")
 	b.ReportMetric(batched.burstPerSec, "batched-burst-ev/s")
 }

@@ -86,14 +86,20 @@ type billingParts struct {
 // newBilling builds the meter (spilling into <dataDir>/meter), the spend
 // guard and the Stripe syncer on db. Their Run methods are started by serve.
 func newBilling(b billingFlags, db *database, dataDir string, log *slog.Logger) (*billingParts, error) {
+	mcfg := billing.DefaultConfig()
 	var st billingStore
 	if db.pool != nil {
 		st = pgstore.New(db.pool)
 	} else {
 		st = sqlitestore.New(db.sqlite)
+		// SQLite takes one writing transaction at a time: a second writer
+		// only waits for the first, then commits a batch of its own, so
+		// one writer commits half as often with batches twice the size
+		// (BenchmarkMeterSQLiteBatching: 0.028 against 0.060 transactions
+		// per event, ~15 % less CPU per event).
+		mcfg.Writers = 1
 	}
 	guard := billing.NewGuard(nil, b.grace)
-	mcfg := billing.DefaultConfig()
 	mcfg.SpillDir = filepath.Join(dataDir, "meter")
 	mcfg.Pricing = billing.Pricing{Markup: b.markup, PerMTokUSD: b.perMTokUSD}
 	meter, err := billing.NewMeter(mcfg, st, guard, log, nil)
