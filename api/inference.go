@@ -191,6 +191,10 @@ type inference struct {
 	// dispatch runs each completion's journey; nil without a Router.
 	dispatch *dispatch.Dispatcher
 	trace    tracer
+	// resumer serves a connection's next requests after a stream written
+	// straight to it (streamDirect); nil: streams go through fasthttp's
+	// body stream writer.
+	resumer *connResumer
 }
 
 func newInference(cfg InferenceConfig, deps InferenceDeps, log *slog.Logger) *inference {
@@ -246,6 +250,7 @@ func (h *inference) dispatchDeps() dispatch.Deps {
 // vLLM's /tokenize and /detokenize at the root (where vLLM serves them).
 func (s *Server) mountInference(root fiber.Router) {
 	h := newInference(s.cfg.Inference, s.deps.Inference, s.log)
+	h.resumer = s.resumer
 	root.Post("/tokenize", h.tokenizer(proxy.Tokenize))
 	root.Post("/detokenize", h.tokenizer(proxy.Detokenize))
 	r := root.Group("/v1")

@@ -149,6 +149,9 @@ type exchange struct {
 	begun  chan struct{}
 	writer chan *bufio.Writer
 	sw     streamWriter // what Begin hands a stream's relay
+	// A stream written straight to the connection (streamDirect): Begin
+	// renders the headers into it and hands it to the relay.
+	direct *directStream
 	req    routing.Request
 	call   dispatch.Call
 }
@@ -205,7 +208,7 @@ func (x *exchange) Begin(a *routing.Assignment, _ int) proxy.Writer {
 	if a != nil {
 		x.h.remember(x, a)
 	}
-	if x.begun == nil {
+	if x.begun == nil && x.direct == nil {
 		return &x.buf
 	}
 	c := x.c
@@ -213,6 +216,10 @@ func (x *exchange) Begin(a *routing.Assignment, _ int) proxy.Writer {
 	c.Set(fiber.HeaderContentType, "text/event-stream")
 	c.Set(fiber.HeaderCacheControl, "no-cache")
 	c.Set("X-Accel-Buffering", "no")
+	if x.direct != nil {
+		x.direct.begin(&c.Context().Response.Header)
+		return x.direct
+	}
 	close(x.begun)
 	// fasthttp starts the body writer as soon as it is set
 	// (SetBodyStreamWriter), so this receive always completes.
@@ -447,6 +454,9 @@ type streamEnd struct {
 // body writer hands its writer to Begin and waits for the relay to end.
 // done stops the connection watcher and cancels ctx.
 func (x *exchange) stream(ctx context.Context, call *dispatch.Call, done func()) (handedOff bool, _ error) {
+	if x.h.resumer != nil && directEligible(x.c) {
+		return x.streamDirect(ctx, call, done)
+	}
 	x.begun, x.writer = make(chan struct{}), make(chan *bufio.Writer, 1)
 	ended := make(chan streamEnd, 1)
 	go func() {
@@ -481,6 +491,60 @@ func (x *exchange) stream(ctx context.Context, call *dispatch.Call, done func())
 		endRequest()
 		x.endRoot(e.status)
 	}))
+	return true, nil
+}
+
+// directEligible tells whether a stream can be written straight to the
+// connection (streamDirect): an HTTP/1.1 request that keeps its
+// connection (chunked encoding, and the connection goes on serving).
+func directEligible(c *fiber.Ctx) bool {
+	rh := &c.Context().Request.Header
+	return c.Context().Conn() != nil && rh.IsHTTP11() && !rh.ConnectionClose()
+}
+
+// streamDirect runs a streamed call on the handler's goroutine, the relay
+// writing the answer straight to the client's connection (directStream):
+// no goroutine hand-off lies between the upstream's first event and the
+// socket. An error (or a panic) before Begin is answered like any other.
+// Once the stream has ended the handler hijacks the connection without a
+// response, and connResumer serves its next requests (or closes it, when
+// the client left mid-stream, a panic cut the stream, or the response
+// closes the connection). done stops the connection watcher and cancels
+// ctx. The access log's line, written when the handler returns, has the
+// stream's duration and bytes (localStreamBytes).
+func (x *exchange) streamDirect(ctx context.Context, call *dispatch.Call, done func()) (handedOff bool, _ error) {
+	ds := newDirectStream(x.c.Context().Conn())
+	x.direct = ds
+	defer func() { x.direct = nil; ds.release() }()
+	var e streamEnd
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				e = streamEnd{panic: r, status: http.StatusInternalServerError}
+			}
+		}()
+		e.res, e.err = x.h.dispatch.Dispatch(ctx, *call)
+		e.status = x.h.dispatchStatus(e.err)
+		x.observe(e.res, e.err)
+	}()
+	done()
+	if !ds.begun {
+		if e.panic != nil {
+			panic(e.panic) // answered 500 by recoverPanic
+		}
+		return false, x.h.sendFailure(ctx, x, e.err)
+	}
+	if e.panic != nil {
+		x.h.log.Error("panic while streaming", slog.String("request_id", x.id), slog.Any("panic", e.panic))
+	}
+	directStreamsServed.Add(1)
+	werr := ds.finish()
+	keep := werr == nil && e.panic == nil && !x.c.Context().Response.Header.ConnectionClose()
+	x.c.Locals(localStreamBytes, ds.n)
+	rc := x.c.Context()
+	rc.HijackSetNoResponse(true)
+	rc.Hijack(x.h.resumer.handler(keep))
+	x.endRoot(e.status)
 	return true, nil
 }
 

@@ -170,6 +170,7 @@ type infEnv struct {
 	quality *qualityLog
 	p       *tenants.Principal
 	fwd     *Forwarder // envOpts.forward
+	srv     *Server
 }
 
 type envOpts struct {
@@ -245,6 +246,7 @@ func newInfEnv(t testing.TB, o envOpts) *infEnv {
 		t.Fatal(err)
 	}
 	go func() { _ = s.App().Listener(ln) }()
+	e.srv = s
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

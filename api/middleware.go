@@ -27,6 +27,9 @@ const (
 	localErrLogged = "rb.err"
 	localTraceID   = "rb.trace_id"
 	localStreamLog = "rb.stream_log"
+	// localStreamBytes holds the body bytes of a stream written straight
+	// to the connection (streamDirect), for the access log.
+	localStreamBytes = "rb.stream_bytes"
 )
 
 // HeaderRequestID carries the request id in both directions.
@@ -146,7 +149,7 @@ func (s *Server) logRequest(c *fiber.Ctx, start time.Time, sl *streamLog) {
 	if !s.log.Enabled(ctx, level) {
 		return
 	}
-	var buf [11]slog.Attr
+	var buf [12]slog.Attr
 	attrs := append(buf[:0],
 		slog.String("request_id", requestIDOf(c)),
 		slog.String("method", c.Method()),
@@ -156,7 +159,9 @@ func (s *Server) logRequest(c *fiber.Ctx, start time.Time, sl *streamLog) {
 		slog.Int("bytes_in", len(c.Request().Body())),
 		slog.String("ip", s.clientIP(c)),
 	)
-	if !c.Response().IsBodyStream() {
+	if n, ok := c.Locals(localStreamBytes).(int64); ok {
+		attrs = append(attrs, slog.Int64("bytes_out", n), slog.Bool("stream", true))
+	} else if !c.Response().IsBodyStream() {
 		attrs = append(attrs, slog.Int("bytes_out", len(c.Response().Body())))
 	}
 	if tid, ok := c.Locals(localTraceID).(string); ok {

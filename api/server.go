@@ -34,7 +34,10 @@ type Server struct {
 	log  *slog.Logger
 	// access writes the access lines without slog (Deps.AccessLog).
 	access *accessWriter
-	ips    ipStrings // the access log's interned client addresses
+	// resumer serves on the connections of streams written straight to
+	// them (inference_conn_stream.go).
+	resumer *connResumer
+	ips     ipStrings // the access log's interned client addresses
 	// ipFromHeader is set when fiber reads the client address from a
 	// proxy header (then the access log asks c.IP()).
 	ipFromHeader bool
@@ -201,6 +204,15 @@ func New(cfg Config, deps Deps) *Server {
 		// Unknown methods on known paths are 405, not 404.
 		// (fiber checks the other methods' trees for the path.)
 	})
+	// A stream written straight to its connection hands the connection
+	// back to the server from a hijack handler (streamDirect): fasthttp
+	// must leave hijacked connections open.
+	s.app.Server().KeepHijackedConns = true
+	idle := cfg.IdleTimeout
+	if idle <= 0 {
+		idle = cfg.ReadTimeout // as fasthttp's keep-alive wait
+	}
+	s.resumer = newConnResumer(s.app.Server().ServeConn, idle)
 	s.ipFromHeader = s.app.Config().ProxyHeader != ""
 	s.app.Use(s.requestID, s.accessLog, s.recoverPanic, s.userContext)
 	s.app.Use("/api", apiHeaders)
@@ -255,6 +267,7 @@ func (s *Server) App() *fiber.App { return s.app }
 // is metered before the caller stops the meter. It returns ctx's error
 // when requests had to be cut.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.resumer.close() // connections resting after a stream, between requests
 	err := s.app.ShutdownWithContext(ctx)
 	if err == nil && s.running.Load() == 0 {
 		return nil
