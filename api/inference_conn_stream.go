@@ -24,8 +24,8 @@ import (
 //
 // The handler returns once the stream has ended; it then hijacks the
 // connection with no response (fasthttp writes nothing more) and the
-// hijack handler (connResumer) serves the connection's next requests with
-// the same server, so keep-alive holds.
+// hijack handler (connResumer) ends the body and serves the connection's
+// next requests with the same server, so keep-alive holds.
 type directStream struct {
 	conn  net.Conn
 	out   []byte // the header block until it is sent, then one chunk's frame
@@ -37,10 +37,6 @@ type directStream struct {
 }
 
 var directStreams sync.Pool
-
-// directStreamsServed counts the streams written by a directStream (the
-// tests tell by it which way a stream went).
-var directStreamsServed atomic.Int64
 
 // maxKeptBuffer bounds the buffers a pooled directStream keeps.
 const maxKeptBuffer = 64 << 10
@@ -144,6 +140,9 @@ func appendChunk(dst, b []byte) []byte {
 type connResumer struct {
 	serve func(net.Conn) error
 	idle  time.Duration // 0: no limit
+	// streams counts the streams written by a directStream (the tests
+	// tell by it which way a stream went).
+	streams atomic.Int64
 
 	mu      sync.Mutex
 	resting map[net.Conn]struct{}
@@ -154,10 +153,15 @@ func newConnResumer(serve func(net.Conn) error, idle time.Duration) *connResumer
 	return &connResumer{serve: serve, idle: idle, resting: map[net.Conn]struct{}{}}
 }
 
-// handler is the hijack handler of a stream's connection: with keep it
-// resumes the connection, else it closes it.
-func (r *connResumer) handler(keep bool) fasthttp.HijackHandler {
-	return func(hc net.Conn) { r.resume(hc, keep) }
+// handler is the hijack handler of the connection ds streamed to: it
+// sends the body's last chunk, then with keep resumes the connection,
+// else it closes it.
+func (r *connResumer) handler(ds *directStream, keep bool) fasthttp.HijackHandler {
+	return func(hc net.Conn) {
+		err := ds.finish()
+		ds.release()
+		r.resume(hc, keep && err == nil)
+	}
 }
 
 func (r *connResumer) resume(hc net.Conn, keep bool) {

@@ -217,6 +217,7 @@ func (x *exchange) Begin(a *routing.Assignment, _ int) proxy.Writer {
 	c.Set(fiber.HeaderCacheControl, "no-cache")
 	c.Set("X-Accel-Buffering", "no")
 	if x.direct != nil {
+		x.h.resumer.streams.Add(1)
 		x.direct.begin(&c.Context().Response.Header)
 		return x.direct
 	}
@@ -507,15 +508,18 @@ func directEligible(c *fiber.Ctx) bool {
 // no goroutine hand-off lies between the upstream's first event and the
 // socket. An error (or a panic) before Begin is answered like any other.
 // Once the stream has ended the handler hijacks the connection without a
-// response, and connResumer serves its next requests (or closes it, when
-// the client left mid-stream, a panic cut the stream, or the response
-// closes the connection). done stops the connection watcher and cancels
-// ctx. The access log's line, written when the handler returns, has the
-// stream's duration and bytes (localStreamBytes).
+// response; the hijack handler, which fasthttp runs after the middleware
+// has returned, sends the body's last chunk and serves the connection's
+// next requests (connResumer), or closes it when the client left
+// mid-stream, a panic cut the stream, or the response closes the
+// connection. So, as for any other answer, the client has the end of the
+// body only once the call is metered and its access-log line written
+// (with the stream's duration and bytes: localStreamBytes). done stops
+// the connection watcher and cancels ctx.
 func (x *exchange) streamDirect(ctx context.Context, call *dispatch.Call, done func()) (handedOff bool, _ error) {
 	ds := newDirectStream(x.c.Context().Conn())
 	x.direct = ds
-	defer func() { x.direct = nil; ds.release() }()
+	defer func() { x.direct = nil }()
 	var e streamEnd
 	func() {
 		defer func() {
@@ -529,6 +533,7 @@ func (x *exchange) streamDirect(ctx context.Context, call *dispatch.Call, done f
 	}()
 	done()
 	if !ds.begun {
+		ds.release()
 		if e.panic != nil {
 			panic(e.panic) // answered 500 by recoverPanic
 		}
@@ -537,13 +542,11 @@ func (x *exchange) streamDirect(ctx context.Context, call *dispatch.Call, done f
 	if e.panic != nil {
 		x.h.log.Error("panic while streaming", slog.String("request_id", x.id), slog.Any("panic", e.panic))
 	}
-	directStreamsServed.Add(1)
-	werr := ds.finish()
-	keep := werr == nil && e.panic == nil && !x.c.Context().Response.Header.ConnectionClose()
+	keep := e.panic == nil && !x.c.Context().Response.Header.ConnectionClose()
 	x.c.Locals(localStreamBytes, ds.n)
 	rc := x.c.Context()
 	rc.HijackSetNoResponse(true)
-	rc.Hijack(x.h.resumer.handler(keep))
+	rc.Hijack(x.h.resumer.handler(ds, keep))
 	x.endRoot(e.status)
 	return true, nil
 }

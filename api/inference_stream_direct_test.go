@@ -17,6 +17,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/routebalance/routebalance/billing"
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/tenants"
 )
@@ -42,61 +44,84 @@ func wantWords(n int) string {
 	return strings.Join(w, " ")
 }
 
-// Streams written straight to the connection keep it alive: through the
-// OpenAI SDK on one connection, streams, a non-streamed completion and a
-// model listing follow each other on the same connection, each stream
-// whole and in order, every completion metered once.
+// Streams written straight to the connection keep it alive: on one
+// connection, streams, a non-streamed completion and a model listing
+// follow each other, each stream whole and in order, every completion
+// metered once. (The client reads every body to its end: the OpenAI SDK
+// stops reading a stream at [DONE], and Go's transport drops a connection
+// whose body was closed before its last chunk arrived.)
 func TestDirectStreamKeepsConnection(t *testing.T) {
 	const tokens = 40
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: tokens})
 	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
 	var dials atomic.Int64
-	c := e.client(option.WithHTTPClient(countingClient(&dials)))
-	before := directStreamsServed.Load()
+	hc := countingClient(&dials)
+	before := e.srv.resumer.streams.Load()
+	send := func(method, path, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, e.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s %s: %d %v %q", method, path, resp.StatusCode, err, b)
+		}
+		return resp, string(b)
+	}
 	want := wantWords(tokens)
-	ctx := context.Background()
 	stream := func(usage bool) {
 		t.Helper()
-		params := openai.ChatCompletionNewParams{Model: "auto", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
-		params.StreamOptions.IncludeUsage = openai.Bool(usage)
-		st := c.Chat.Completions.NewStreaming(ctx, params)
+		body := `{"model":"auto","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		if usage {
+			body = `{"model":"auto","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
+		}
+		resp, b := send(http.MethodPost, "/v1/chat/completions", body)
+		if resp.Header.Get("Content-Type") != "text/event-stream" || !strings.HasSuffix(b, "data: [DONE]\n\n") {
+			t.Fatalf("stream: %v %q", resp.Header, b)
+		}
 		var text strings.Builder
-		var got int64
-		for st.Next() {
-			ch := st.Current()
+		gotUsage := false
+		for _, ev := range strings.Split(strings.TrimSuffix(b, "data: [DONE]\n\n"), "\n\n") {
+			var ch openai.ChatCompletionChunk
+			if err := ch.UnmarshalJSON([]byte(strings.TrimPrefix(ev, "data: "))); err != nil {
+				if strings.TrimSpace(ev) == "" {
+					continue
+				}
+				t.Fatalf("event %q: %v", ev, err)
+			}
 			if len(ch.Choices) > 0 {
 				text.WriteString(ch.Choices[0].Delta.Content)
 			}
-			got += ch.Usage.CompletionTokens
-		}
-		if err := st.Err(); err != nil {
-			t.Fatalf("stream: %v", err)
+			gotUsage = gotUsage || ch.Usage.CompletionTokens == tokens
 		}
 		if text.String() != want {
 			t.Fatalf("stream text %q, want %q", text.String(), want)
 		}
-		if usage && got != tokens {
-			t.Errorf("usage chunk: %d completion tokens, want %d", got, tokens)
+		if usage != gotUsage {
+			t.Errorf("usage chunk seen %v, asked for %v", gotUsage, usage)
 		}
 	}
 	stream(false)
 	stream(true)
-	done, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "auto", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
-	if err != nil || done.Choices[0].Message.Content != want {
-		t.Fatalf("non-streamed completion after streams: %v %+v", err, done)
+	if _, b := send(http.MethodPost, "/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"hi"}]}`); !strings.Contains(b, want) {
+		t.Fatalf("non-streamed completion after streams: %q", b)
 	}
 	stream(false)
-	if _, err := c.Models.List(ctx); err != nil {
-		t.Fatalf("models after a stream: %v", err)
-	}
+	send(http.MethodGet, "/v1/models", "")
 	if n := dials.Load(); n != 1 {
 		t.Errorf("%d connections dialled for five requests, want 1 (keep-alive lost after a stream)", n)
 	}
-	if n := directStreamsServed.Load() - before; n != 3 {
+	if n := e.srv.resumer.streams.Load() - before; n != 3 {
 		t.Errorf("%d streams written straight to the connection, want 3", n)
 	}
 	e.router.Settled(t)
-	evs := e.meter.events()
+	var evs []billing.UsageEvent
+	testwait.Until(t, "4 usage events", func() bool { evs = e.meter.events(); return len(evs) >= 4 })
 	if len(evs) != 4 {
 		t.Fatalf("%d usage events for 4 completions", len(evs))
 	}
@@ -145,7 +170,7 @@ func TestDirectStreamPipelinedRequest(t *testing.T) {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	before := directStreamsServed.Load()
+	before := e.srv.resumer.streams.Load()
 	if _, err := io.WriteString(conn, rawPost("/v1/chat/completions", streamBody, "")+"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +189,7 @@ func TestDirectStreamPipelinedRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	readStream(t, br)
-	if n := directStreamsServed.Load() - before; n != 2 {
+	if n := e.srv.resumer.streams.Load() - before; n != 2 {
 		t.Errorf("%d streams written straight to the connection, want 2", n)
 	}
 }
@@ -175,7 +200,7 @@ func TestDirectStreamPipelinedRequest(t *testing.T) {
 func TestDirectStreamNotForClosingConnections(t *testing.T) {
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 5})
 	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
-	before := directStreamsServed.Load()
+	before := e.srv.resumer.streams.Load()
 	for _, req := range []string{
 		rawPost("/v1/chat/completions", streamBody, "Connection: close\r\n"),
 		strings.Replace(rawPost("/v1/chat/completions", streamBody, ""), "HTTP/1.1", "HTTP/1.0", 1),
@@ -195,7 +220,7 @@ func TestDirectStreamNotForClosingConnections(t *testing.T) {
 		}
 		conn.Close()
 	}
-	if n := directStreamsServed.Load() - before; n != 0 {
+	if n := e.srv.resumer.streams.Load() - before; n != 0 {
 		t.Errorf("%d closing requests written straight to the connection, want 0", n)
 	}
 }
