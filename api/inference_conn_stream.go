@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -32,6 +33,7 @@ type directStream struct {
 	head  int    // length of the header block still to send in out
 	pend  []byte // body bytes written since the last Flush
 	begun bool   // begin has rendered the headers
+	ended bool   // the last chunk was sent
 	n     int64  // body bytes sent
 	err   error  // the first write error: the client is gone
 }
@@ -67,17 +69,29 @@ func (ds *directStream) begin(h *fasthttp.ResponseHeader) {
 	ds.begun = true
 }
 
-// Write buffers p until the next Flush.
+// Write buffers p until the next Flush. Nothing follows an SSE stream's
+// "data: [DONE]" event; bytes written after it are dropped (the body has
+// ended).
 func (ds *directStream) Write(p []byte) (int, error) {
 	if ds.err != nil {
 		return 0, ds.err
 	}
-	ds.pend = append(ds.pend, p...)
+	if !ds.ended {
+		ds.pend = append(ds.pend, p...)
+	}
 	return len(p), nil
 }
 
+// streamDone is the last event of a chat or text completion stream.
+var streamDone = []byte("data: [DONE]\n\n")
+
 // Flush sends what was written since the last Flush as one chunk (after
-// the headers, the first time).
+// the headers, the first time). A chunk that ends with the stream's
+// [DONE] event carries the body's last chunk in the same write: a client
+// that stops reading at [DONE] (the OpenAI SDKs do) then has the whole
+// body, and Go's transport, like others, keeps the connection only for a
+// body read to its end; a last chunk sent a moment later makes it dial a
+// new connection for the next request about one stream in five.
 func (ds *directStream) Flush() error {
 	if ds.err != nil {
 		return ds.err
@@ -86,19 +100,25 @@ func (ds *directStream) Flush() error {
 		return nil
 	}
 	out := appendChunk(ds.out[:ds.head], ds.pend)
+	if bytes.HasSuffix(ds.pend, streamDone) {
+		out = append(out, "0\r\n\r\n"...)
+		ds.ended = true
+	}
 	ds.out, ds.head = out[:0], 0
 	ds.n += int64(len(ds.pend))
 	ds.pend = ds.pend[:0]
 	return ds.send(out)
 }
 
-// finish sends the last chunk (and the headers, if nothing was sent).
+// finish sends the last chunk (and the headers, if nothing was sent),
+// unless [DONE] ended the body already.
 func (ds *directStream) finish() error {
-	if err := ds.Flush(); err != nil {
+	if err := ds.Flush(); err != nil || ds.ended {
 		return err
 	}
 	out := append(ds.out[:ds.head], "0\r\n\r\n"...)
 	ds.out, ds.head = out[:0], 0
+	ds.ended = true
 	return ds.send(out)
 }
 
@@ -154,12 +174,13 @@ func newConnResumer(serve func(net.Conn) error, idle time.Duration) *connResumer
 }
 
 // handler is the hijack handler of the connection ds streamed to: it
-// sends the body's last chunk, then with keep resumes the connection,
-// else it closes it.
-func (r *connResumer) handler(ds *directStream, keep bool) fasthttp.HijackHandler {
+// sends the body's last chunk (unless [DONE] did), calls ended, then with
+// keep resumes the connection, else it closes it.
+func (r *connResumer) handler(ds *directStream, keep bool, ended func()) fasthttp.HijackHandler {
 	return func(hc net.Conn) {
 		err := ds.finish()
 		ds.release()
+		ended()
 		r.resume(hc, keep && err == nil)
 	}
 }
@@ -240,7 +261,7 @@ func reclaimConn(hc, raw net.Conn) (net.Conn, error) {
 		return nil, err
 	}
 	var held []byte
-	buf := make([]byte, 4096)
+	buf := make([]byte, 512)
 	for {
 		n, err := hc.Read(buf)
 		held = append(held, buf[:n]...)

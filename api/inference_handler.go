@@ -512,10 +512,12 @@ func directEligible(c *fiber.Ctx) bool {
 // has returned, sends the body's last chunk and serves the connection's
 // next requests (connResumer), or closes it when the client left
 // mid-stream, a panic cut the stream, or the response closes the
-// connection. So, as for any other answer, the client has the end of the
-// body only once the call is metered and its access-log line written
-// (with the stream's duration and bytes: localStreamBytes). done stops
-// the connection watcher and cancels ctx.
+// connection. The access-log line (with the stream's duration and bytes:
+// localStreamBytes) is written when the handler returns, the request's
+// root span ended after it, by the hijack handler. A chat or text stream's
+// body ends with its [DONE] event (directStream.Flush), before the call is
+// released and metered. done stops the connection watcher and cancels
+// ctx.
 func (x *exchange) streamDirect(ctx context.Context, call *dispatch.Call, done func()) (handedOff bool, _ error) {
 	ds := newDirectStream(x.c.Context().Conn())
 	x.direct = ds
@@ -546,8 +548,8 @@ func (x *exchange) streamDirect(ctx context.Context, call *dispatch.Call, done f
 	x.c.Locals(localStreamBytes, ds.n)
 	rc := x.c.Context()
 	rc.HijackSetNoResponse(true)
-	rc.Hijack(x.h.resumer.handler(ds, keep))
-	x.endRoot(e.status)
+	// The root span ends in the hijack handler, after the access line.
+	rc.Hijack(x.h.resumer.handler(ds, keep, func() { x.endRoot(e.status) }))
 	return true, nil
 }
 

@@ -267,7 +267,9 @@ func (s *Server) App() *fiber.App { return s.app }
 // is metered before the caller stops the meter. It returns ctx's error
 // when requests had to be cut.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.resumer.close() // connections resting after a stream, between requests
+	if s.resumer != nil {
+		s.resumer.close() // connections resting after a stream, between requests
+	}
 	err := s.app.ShutdownWithContext(ctx)
 	if err == nil && s.running.Load() == 0 {
 		return nil
