@@ -97,13 +97,14 @@ func routeFailure(err error, retryAfter time.Duration, x *exchange) (failure, bo
 			msg = unknownModelMessage(x)
 		}
 		return failure{status: http.StatusNotFound, typ: typeInvalidRequest, code: errCodeModelNotFound, param: "model", msg: msg}, true
+	case errors.Is(err, routing.ErrModelDisabled):
+		// As OpenAI answers a project without access to a model: 403, not
+		// 503 (waiting does not mend it; the owner must enable an
+		// instance). The scheduler decided it (the metric's
+		// reason="model_disabled" reads the same error); the cluster only
+		// words the message.
+		return failure{status: http.StatusForbidden, typ: typeInvalidRequest, code: errCodeModelDisabled, param: "model", msg: disabledModelMessage(x)}, true
 	case errors.Is(err, routing.ErrNoHealthyInstance):
-		if msg, ok := disabledModelMessage(x); ok {
-			// As OpenAI answers a project without access to a model: 403,
-			// not 503 (waiting does not mend it; the owner must enable an
-			// instance).
-			return failure{status: http.StatusForbidden, typ: typeInvalidRequest, code: errCodeModelDisabled, param: "model", msg: msg}, true
-		}
 		return failure{status: http.StatusServiceUnavailable, typ: typeUnavailable, code: "no_healthy_instance",
 			msg: "no healthy instance can serve this request right now"}, true
 	case errors.Is(err, routing.ErrNoCapacity):
@@ -123,54 +124,48 @@ func routeFailure(err error, retryAfter time.Duration, x *exchange) (failure, bo
 // instance in the cluster is disabled.
 const errCodeModelDisabled = "model_disabled"
 
-// disabledModelMessage says, when the scheduler found no healthy instance
-// because every instance of the request's model (every instance of the
-// endpoint's kind, for auto) is disabled by the cluster's owner, so and
-// which models are enabled; ok is false otherwise (some instance is
-// enabled and unhealthy: the 503 stands). The scheduler counts a disabled
-// instance as unhealthy (routing/schedule), so the cases are told apart
-// here, from the cluster the request was routed in.
-func disabledModelMessage(x *exchange) (string, bool) {
-	if x == nil || x.cluster == nil || x.body == nil {
-		return "", false
+// disabledModelMessage words the 403 of routing.ErrModelDisabled (every
+// instance of the request's model, every instance of the endpoint's kind
+// for auto, is disabled by the cluster's owner): the model, the cluster
+// and which models are enabled, read from the cluster the request was
+// routed in. Without that cluster (x nil: the error handler) it names
+// what it can.
+func disabledModelMessage(x *exchange) string {
+	if x == nil || x.body == nil {
+		return "The model is disabled by the cluster's owner: every instance of it is disabled"
 	}
-	kind, anyKind := routing.KindChat, false
-	switch path := x.c.Path(); {
-	case strings.HasSuffix(path, "/embeddings"):
+	model := x.body.model
+	if x.cluster == nil {
+		return fmt.Sprintf("The model `%s` is disabled by the cluster's owner: every instance of it is disabled", model)
+	}
+	kind := routing.KindChat
+	if strings.HasSuffix(x.c.Path(), "/embeddings") {
 		kind = routing.KindEmbedding
-	case strings.HasSuffix(path, "tokenize"):
-		anyKind = true
 	}
-	auto := (&routing.Request{Model: x.body.model}).AnyModel()
+	auto := (&routing.Request{Model: model}).AnyModel()
+	name := x.cluster.ID
+	if auto {
+		return fmt.Sprintf("The model `%s` cannot be served: every %s instance of cluster %q is disabled by the cluster's owner; enable one (PATCH /api/v1/clusters/{id}/instances/{iid} {\"disabled\": false})", model, kind, name)
+	}
 	matched := 0
 	var enabled []string
 	for _, in := range x.cluster.Instances {
-		if !anyKind && in.Kind.Embedding() != kind.Embedding() {
+		if in.Kind.Embedding() != kind.Embedding() {
 			continue
 		}
 		if !in.Disabled && !slices.Contains(enabled, in.Model) {
 			enabled = append(enabled, in.Model)
 		}
-		if auto || in.Model == x.body.model {
-			if !in.Disabled {
-				return "", false
-			}
+		if in.Model == model {
 			matched++
 		}
 	}
-	if matched == 0 {
-		return "", false
-	}
-	name := x.cluster.ID
-	if auto {
-		return fmt.Sprintf("The model `%s` cannot be served: every %s instance of cluster %q is disabled by the cluster's owner; enable one (PATCH /api/v1/clusters/{id}/instances/{iid} {\"disabled\": false})", x.body.model, kind, name), true
-	}
-	msg := fmt.Sprintf("The model `%s` is disabled by the cluster's owner: its %d instance(s) in cluster %q are disabled", x.body.model, matched, name)
+	msg := fmt.Sprintf("The model `%s` is disabled by the cluster's owner: its %d instance(s) in cluster %q are disabled", model, matched, name)
 	if len(enabled) > 0 {
 		sort.Strings(enabled)
 		msg += "; enabled: " + strings.Join(enabled, ", ")
 	}
-	return msg, true
+	return msg
 }
 
 // unknownModelMessage names what the request's endpoint can serve: the

@@ -875,6 +875,7 @@ func TestRouterErrors(t *testing.T) {
 		retryAfter string
 	}{
 		{routing.ErrNoHealthyInstance, 503, "no_healthy_instance", ""},
+		{routing.ErrModelDisabled, 403, errCodeModelDisabled, ""},
 		{routing.ErrNoCapacity, 429, "no_capacity", "1"},
 		{routing.ErrClosed, 503, "shutting_down", ""},
 		{errors.New("boom"), 500, "", ""},

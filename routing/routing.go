@@ -9,6 +9,7 @@ package routing
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -22,6 +23,13 @@ var (
 	// ErrNoHealthyInstance means every candidate instance is ejected or
 	// disabled.
 	ErrNoHealthyInstance = errors.New("no healthy instance")
+	// ErrModelDisabled means every instance of the requested model (of
+	// the request's kind, every one for auto) is disabled by the
+	// cluster's owner. It wraps ErrNoHealthyInstance (a disabled instance
+	// is one the scheduler may not use), so callers that only ask for
+	// that still see it; the api answers it 403 model_disabled and
+	// telemetry counts it as reason="model_disabled".
+	ErrModelDisabled = fmt.Errorf("model disabled: %w", ErrNoHealthyInstance)
 	// ErrNoCapacity means every candidate is saturated and its admission
 	// queue is full.
 	ErrNoCapacity = errors.New("no capacity")

@@ -211,7 +211,7 @@ func New(cfg Config, deps Deps) (*Metrics, error) {
 		Help: "Time an admitted request waited in its instance's admission queue.", Buckets: cfg.LatencyBuckets},
 		[]string{"cluster", "instance"})
 	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "route_rejections_total",
-		Help: "Requests the scheduler did not admit, by reason (unknown_model, no_healthy_instance, no_capacity, closed, cancelled, other)."},
+		Help: "Requests the scheduler did not admit, by reason (unknown_model, model_disabled, no_healthy_instance, no_capacity, closed, cancelled, other)."},
 		[]string{"cluster", "reason"})
 	m.failovers = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "failovers_total",
 		Help: "Routing retries after an instance could not be reached (requests sent to another instance)."}, []string{"cluster"})

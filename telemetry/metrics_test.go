@@ -109,7 +109,7 @@ func TestRouterObservesDecisionsAndOutcomes(t *testing.T) {
 	if len(f.released) != len(outcomes) {
 		t.Fatalf("inner released %d times, want %d", len(f.released), len(outcomes))
 	}
-	for _, e := range []error{routing.ErrNoCapacity, routing.ErrNoHealthyInstance, routing.ErrUnknownModel, routing.ErrClosed,
+	for _, e := range []error{routing.ErrNoCapacity, routing.ErrNoHealthyInstance, routing.ErrModelDisabled, routing.ErrUnknownModel, routing.ErrClosed,
 		context.DeadlineExceeded, errors.New("boom"), routing.ErrNoCapacity} {
 		f.err = e
 		if _, err := r.Route(context.Background(), c, &routing.Request{}); !errors.Is(err, e) {
@@ -150,7 +150,7 @@ func TestRouterObservesDecisionsAndOutcomes(t *testing.T) {
 		{"upstream", counters("routebalance_upstream_errors_total"), map[string]float64{"cluster=c1,instance=i1,": 1}},
 		{"failovers", counters("routebalance_failovers_total"), map[string]float64{"cluster=c1,": 1}},
 		{"rejections", counters("routebalance_route_rejections_total"), map[string]float64{
-			"cluster=c1,reason=no_capacity,": 2, "cluster=c1,reason=no_healthy_instance,": 1, "cluster=c1,reason=unknown_model,": 1,
+			"cluster=c1,reason=no_capacity,": 2, "cluster=c1,reason=no_healthy_instance,": 1, "cluster=c1,reason=model_disabled,": 1, "cluster=c1,reason=unknown_model,": 1,
 			"cluster=c1,reason=closed,": 1, "cluster=c1,reason=cancelled,": 1, "cluster=c1,reason=other,": 1,
 		}},
 	} {

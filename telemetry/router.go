@@ -82,6 +82,8 @@ func rejectReason(err error) string {
 	switch {
 	case errors.Is(err, routing.ErrUnknownModel):
 		return "unknown_model"
+	case errors.Is(err, routing.ErrModelDisabled): // before its wrapped ErrNoHealthyInstance; the api's 403
+		return "model_disabled"
 	case errors.Is(err, routing.ErrNoHealthyInstance):
 		return "no_healthy_instance"
 	case errors.Is(err, routing.ErrNoCapacity):

@@ -600,7 +600,7 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // the survivors with normalised cost and latency.
 func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.PromptEstimate) ([]Candidate, []string, error) {
 	cands := c.cands[:0]
-	anyModel, anyHealthy := false, false
+	anyModel, anyEnabled, anyHealthy := false, false, false
 	passAll := 0 // candidates failing no soft filter
 	budget := r.Budget()
 	prompt := float64(r.PromptTokens)
@@ -629,6 +629,7 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 			continue
 		}
 		anyModel = true
+		anyEnabled = anyEnabled || !v.inst.Disabled
 		if !v.healthy || (len(r.Exclude) > 0 && excluded(r, v.inst.ID)) {
 			continue
 		}
@@ -661,6 +662,8 @@ func (c *Core) candidates(now time.Time, r *routing.Request, est *routing.Prompt
 	switch {
 	case !anyModel:
 		return nil, nil, fmt.Errorf("model %q: %w", r.Model, routing.ErrUnknownModel)
+	case !anyEnabled:
+		return nil, nil, routing.ErrModelDisabled
 	case !anyHealthy:
 		return nil, nil, routing.ErrNoHealthyInstance
 	case len(cands) == 0:
