@@ -40,7 +40,7 @@ func parseEmbedding(raw []byte) (*completionBody, error) {
 	}
 	if raw, ok := present(fields, "user"); ok {
 		if _, ok := jsonString(raw); !ok {
-			return nil, badParam("user", "must be a string")
+			return nil, typeError("user", "a string", raw)
 		}
 	}
 	if raw, ok := present(fields, "stream"); ok && string(raw) != "false" {
@@ -54,7 +54,7 @@ func parseEmbedding(raw []byte) (*completionBody, error) {
 func (b *completionBody) parseInput() error {
 	raw, ok := present(b.fields, "input")
 	if !ok {
-		return badParam("input", "you must provide an input parameter")
+		return missingParam("input")
 	}
 	switch jsonscan.KindOf(raw) {
 	case jsonscan.String:
@@ -69,7 +69,7 @@ func (b *completionBody) parseInput() error {
 		return nil
 	case jsonscan.Array:
 	default:
-		return badParam("input", "must be a string, an array of strings, an array of token ids, or an array of token-id arrays")
+		return typeError("input", "a string, an array of strings, an array of token ids, or an array of token-id arrays", raw)
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"math"
 	"strconv"
 
@@ -105,14 +106,25 @@ func (r *fieldRule) want() string {
 func fmtNum(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // fieldError is the 400 of a field that breaks its rule: the message names
-// the field, what it must be and what came (the JSON type, or the number
-// when only its range is wrong).
+// the field, what it must be and what came — the JSON type ("Invalid type
+// for 'temperature': expected a number >= 0, but got a string instead."),
+// the number when only its range is wrong, or the container whose
+// elements are wrong.
 func (r *fieldRule) fieldError(raw []byte) *paramError {
-	got := "a " + kindName(jsonscan.KindOf(raw))
-	if k := jsonscan.KindOf(raw); (r.kind == numberField || r.kind == intField) && k == jsonscan.Number && len(raw) <= 32 {
-		got = string(raw)
+	k := jsonscan.KindOf(raw)
+	switch {
+	case (r.kind == numberField || r.kind == intField) && k == jsonscan.Number:
+		if r.kind == intField && bytes.ContainsAny(raw, ".eE") {
+			return typeError(r.key, r.want(), raw)
+		}
+		if _, err := strconv.ParseInt(string(raw), 10, 64); r.kind == intField && err != nil {
+			return badParam(r.key, "integer out of range. Expected %s of at most 64 bits, but got %s instead.", r.want(), quoted(raw))
+		}
+		return badParam(r.key, "expected %s, but got %s instead.", r.want(), quoted(raw))
+	case (r.kind == stopField || r.kind == toolsField) && k == jsonscan.Array, r.kind == biasField && k == jsonscan.Object:
+		return badParam(r.key, "expected %s, but got %s with an element of another type instead.", r.want(), gotKind(raw))
 	}
-	return badParam(r.key, "%s must be %s, got %s", r.key, r.want(), got)
+	return typeError(r.key, r.want(), raw)
 }
 
 func kindName(k jsonscan.Kind) string {

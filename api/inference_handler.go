@@ -306,6 +306,9 @@ func (h *inference) prepare(ctx context.Context, x *exchange, ep proxy.Endpoint,
 	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
 		return nil, sendError(c, http.StatusUnsupportedMediaType, typeInvalidRequest, "", "", "compressed request bodies are not accepted")
 	}
+	if !jsonContentType(c.Get(fiber.HeaderContentType)) {
+		return nil, sendError(c, http.StatusUnsupportedMediaType, typeInvalidRequest, "unsupported_media_type", "Content-Type", contentTypeMessage)
+	}
 	body, err := parseRequest(c, ep)
 	if err != nil {
 		return nil, sendParamError(c, err)

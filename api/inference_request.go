@@ -26,8 +26,67 @@ type paramError struct {
 
 func (e *paramError) Error() string { return e.param + ": " + e.msg }
 
+// badParam is the 400 of param (a body field, "" for the whole body, or
+// a header) whose value is wrong; the message names it as OpenAI's do:
+// "Invalid 'messages[0].role': must be a non-empty string". The
+// wrong-type and missing-field errors have their own wording (typeError,
+// missingParam).
 func badParam(param, format string, a ...any) *paramError {
-	return &paramError{param: param, msg: fmt.Sprintf(format, a...)}
+	msg := fmt.Sprintf(format, a...)
+	if param != "" {
+		msg = "Invalid '" + param + "': " + msg
+	}
+	return &paramError{param: param, msg: msg}
+}
+
+// typeError is the 400 of param whose JSON value raw is not of the type
+// it must be (want: "an integer", "a boolean" …), in OpenAI's words:
+// "Invalid type for 'max_tokens': expected an integer, but got a string
+// instead."
+func typeError(param, want string, raw []byte) *paramError {
+	return &paramError{param: param, msg: "Invalid type for '" + param + "': expected " + want + ", but got " + gotKind(raw) + " instead."}
+}
+
+// missingParam is the 400 of a required field that is absent or null.
+func missingParam(param string) *paramError {
+	return &paramError{param: param, msg: "Missing required parameter: '" + param + "'."}
+}
+
+// gotKind names the JSON type of raw for a typeError: "a string", "a
+// decimal" (a number that is not an integer), "null" …
+func gotKind(raw []byte) string {
+	k := jsonscan.KindOf(raw)
+	if k == jsonscan.Number && bytes.ContainsAny(raw, ".eE") {
+		return "a decimal"
+	}
+	switch k {
+	case jsonscan.Array, jsonscan.Object:
+		return "an " + kindName(k)
+	case jsonscan.Null:
+		return "null"
+	}
+	return "a " + kindName(k)
+}
+
+// quoted is raw (a number) for a message, or "a number out of range" when
+// it is too long to repeat.
+func quoted(raw []byte) string {
+	if len(raw) > 32 {
+		return "a number out of range"
+	}
+	return string(raw)
+}
+
+// positiveIntError is the 400 of a max_tokens-like field (an integer in
+// [1, 2³¹−1]) whose value raw is not one.
+func positiveIntError(param string, raw []byte) *paramError {
+	if jsonscan.KindOf(raw) != jsonscan.Number || bytes.ContainsAny(raw, ".eE") {
+		return typeError(param, "an integer", raw)
+	}
+	if raw[0] == '-' || string(raw) == "0" {
+		return badParam(param, "integer below minimum value. Expected a value >= 1, but got %s instead.", quoted(raw))
+	}
+	return badParam(param, "integer above maximum value. Expected a value <= %d, but got %s instead.", math.MaxInt32, quoted(raw))
 }
 
 // completionBody is what the handlers read from a chat or text completion
@@ -59,10 +118,12 @@ func parseCompletion(raw []byte, ep proxy.Endpoint) (*completionBody, error) {
 	}
 	if raw, ok := present(fields, "stream_options"); ok {
 		if jsonscan.KindOf(raw) != jsonscan.Object {
-			return nil, badParam("stream_options", "must be an object")
+			return nil, typeError("stream_options", "an object", raw)
 		}
-		if b.includeUsage, err = optBool(object(raw), "include_usage"); err != nil {
-			return nil, badParam("stream_options.include_usage", "must be a boolean")
+		opts := object(raw)
+		if b.includeUsage, err = optBool(opts, "include_usage"); err != nil {
+			v, _ := present(opts, "include_usage")
+			return nil, typeError("stream_options.include_usage", "a boolean", v)
 		}
 	}
 	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
@@ -90,6 +151,24 @@ func parseCompletion(raw []byte, ep proxy.Endpoint) (*completionBody, error) {
 	}
 	return b, nil
 }
+
+// jsonContentType reports whether a request's Content-Type header (ct)
+// may label its JSON body: absent, application/json or a +json type, with
+// any parameters. Any other type (text/plain, multipart/form-data, curl
+// -d's application/x-www-form-urlencoded …) is answered 415 before the
+// body is read: OpenAI's API does not read such a body as JSON either.
+func jsonContentType(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.TrimSpace(mt)
+	if mt == "" || strings.EqualFold(mt, "application/json") {
+		return true
+	}
+	typ, sub, ok := strings.Cut(mt, "/")
+	return ok && strings.EqualFold(typ, "application") && len(sub) > 5 && strings.EqualFold(sub[len(sub)-5:], "+json")
+}
+
+// contentTypeMessage is the 415 of a body that jsonContentType refuses.
+const contentTypeMessage = "Invalid 'Content-Type' header: the request body must be JSON; send Content-Type: application/json"
 
 // openBody checks that raw is one JSON object (whitespace around it
 // allowed) and reads its required model, a non-empty string: the start of
@@ -164,14 +243,14 @@ func jsonString(raw []byte) (string, bool) {
 func reqString[M members](f M, k string) (string, error) {
 	raw, ok := present(f, k)
 	if !ok {
-		return "", badParam(k, "you must provide a %s parameter", k)
+		return "", missingParam(k)
 	}
 	s, ok := jsonString(raw)
 	if !ok {
-		return "", badParam(k, "must be a string")
+		return "", typeError(k, "a string", raw)
 	}
 	if s == "" {
-		return "", badParam(k, "must not be empty")
+		return "", badParam(k, "empty string. Expected a non-empty string.")
 	}
 	return s, nil
 }
@@ -194,7 +273,7 @@ func optBool[M members](f M, k string) (bool, error) {
 	case "false":
 		return false, nil
 	}
-	return false, badParam(k, "must be a boolean")
+	return false, typeError(k, "a boolean", raw)
 }
 
 func optPositiveInt[M members](f M, k string) (int, bool, error) {
@@ -204,7 +283,7 @@ func optPositiveInt[M members](f M, k string) (int, bool, error) {
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 32)
 	if err != nil || n < 1 {
-		return 0, false, badParam(k, "must be an integer >= 1")
+		return 0, false, positiveIntError(k, raw)
 	}
 	return int(n), true, nil
 }
@@ -219,10 +298,10 @@ type textPart struct {
 func (b *completionBody) parseMessages() error {
 	raw, ok := present(b.fields, "messages")
 	if !ok {
-		return badParam("messages", "you must provide a messages parameter")
+		return missingParam("messages")
 	}
 	if jsonscan.KindOf(raw) != jsonscan.Array {
-		return badParam("messages", "must be an array of message objects")
+		return typeError("messages", "an array of message objects", raw)
 	}
 	var partBuf [16]textPart
 	parts := partBuf[:0]
@@ -235,7 +314,7 @@ func (b *completionBody) parseMessages() error {
 		}
 		n++
 		if jsonscan.KindOf(m) != jsonscan.Object {
-			return badParam(messageParam(i, ""), "must be an object")
+			return typeError(messageParam(i, ""), "an object", m)
 		}
 		msg := object(m)
 		if !nonEmptyString(msg, "role") {
@@ -251,7 +330,7 @@ func (b *completionBody) parseMessages() error {
 			continue
 		case jsonscan.Array:
 		default:
-			return badParam(messageParam(i, ".content"), "must be a string or an array of content parts")
+			return contentError(messageParam(i, ".content"), content)
 		}
 		// encoding/json refused the whole array unless every part is an
 		// object (or null) before it looked at any part's fields.
@@ -262,7 +341,7 @@ func (b *completionBody) parseMessages() error {
 				break
 			}
 			if k := jsonscan.KindOf(p); k != jsonscan.Object && k != jsonscan.Null {
-				return badParam(messageParam(i, ".content"), "must be a string or an array of content parts")
+				return contentError(messageParam(i, ".content"), content)
 			}
 		}
 		ps := jsonscan.Elements(content)
@@ -290,7 +369,7 @@ func (b *completionBody) parseMessages() error {
 		}
 	}
 	if n == 0 {
-		return badParam("messages", "must contain at least one message")
+		return badParam("messages", "empty array. Expected an array with minimum length 1, but got an empty array instead.")
 	}
 	b.prompt = joinText(parts)
 	// routing's one estimate (the simulator's and the emulator's): the
@@ -307,6 +386,15 @@ func isText(typ []byte) bool {
 	}
 	s, ok := jsonString(typ)
 	return ok && s == "text"
+}
+
+// contentError is the 400 of a message's content that is neither a string
+// nor an array of content part objects.
+func contentError(param string, content []byte) *paramError {
+	if jsonscan.KindOf(content) == jsonscan.Array {
+		return badParam(param, "must be a string or an array of content part objects; an element of the array is not an object")
+	}
+	return typeError(param, "a string or an array of content parts", content)
 }
 
 func messageParam(i int, suffix string) string { return "messages[" + strconv.Itoa(i) + "]" + suffix }
@@ -350,7 +438,7 @@ func joinText(parts []textPart) string {
 func (b *completionBody) parsePrompt() error {
 	raw, ok := present(b.fields, "prompt")
 	if !ok {
-		return badParam("prompt", "you must provide a prompt parameter")
+		return missingParam("prompt")
 	}
 	if s, ok := jsonString(raw); ok {
 		b.prompt, b.promptTokens = s, routing.EstimateTokens(s)

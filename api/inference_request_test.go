@@ -113,10 +113,10 @@ func oldParseCompletion(raw []byte, ep proxy.Endpoint) (*oldBody, error) {
 	if raw, ok := oldPresent(fields, "stream_options"); ok {
 		var opts map[string]json.RawMessage
 		if json.Unmarshal(raw, &opts) != nil {
-			return nil, badParam("stream_options", "must be an object")
+			return nil, typeError("stream_options", "an object", raw)
 		}
 		if b.includeUsage, err = oldOptBool(opts, "include_usage"); err != nil {
-			return nil, badParam("stream_options.include_usage", "must be a boolean")
+			return nil, typeError("stream_options.include_usage", "a boolean", opts["include_usage"])
 		}
 	}
 	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
@@ -233,14 +233,14 @@ func oldPresent(f map[string]json.RawMessage, k string) (json.RawMessage, bool) 
 func oldReqString(f map[string]json.RawMessage, k string) (string, error) {
 	raw, ok := oldPresent(f, k)
 	if !ok {
-		return "", badParam(k, "you must provide a %s parameter", k)
+		return "", missingParam(k)
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
-		return "", badParam(k, "must be a string")
+		return "", typeError(k, "a string", raw)
 	}
 	if s == "" {
-		return "", badParam(k, "must not be empty")
+		return "", badParam(k, "empty string. Expected a non-empty string.")
 	}
 	return s, nil
 }
@@ -252,7 +252,7 @@ func oldOptBool(f map[string]json.RawMessage, k string) (bool, error) {
 	}
 	var v bool
 	if json.Unmarshal(raw, &v) != nil {
-		return false, badParam(k, "must be a boolean")
+		return false, typeError(k, "a boolean", raw)
 	}
 	return v, nil
 }
@@ -264,7 +264,7 @@ func oldOptPositiveInt(f map[string]json.RawMessage, k string) (int, bool, error
 	}
 	n, err := strconv.ParseInt(string(raw), 10, 32)
 	if err != nil || n < 1 {
-		return 0, false, badParam(k, "must be an integer >= 1")
+		return 0, false, positiveIntError(k, raw)
 	}
 	return int(n), true, nil
 }
@@ -272,21 +272,21 @@ func oldOptPositiveInt(f map[string]json.RawMessage, k string) (int, bool, error
 func (b *oldBody) oldParseMessages() error {
 	raw, ok := oldPresent(b.fields, "messages")
 	if !ok {
-		return badParam("messages", "you must provide a messages parameter")
+		return missingParam("messages")
 	}
 	var msgs []json.RawMessage
 	if json.Unmarshal(raw, &msgs) != nil {
-		return badParam("messages", "must be an array of message objects")
+		return typeError("messages", "an array of message objects", raw)
 	}
 	if len(msgs) == 0 {
-		return badParam("messages", "must contain at least one message")
+		return badParam("messages", "empty array. Expected an array with minimum length 1, but got an empty array instead.")
 	}
 	var text strings.Builder
 	for i, m := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
 		var msg map[string]json.RawMessage
 		if json.Unmarshal(m, &msg) != nil || msg == nil {
-			return badParam(param, "must be an object")
+			return typeError(param, "an object", m)
 		}
 		if _, err := oldReqString(msg, "role"); err != nil {
 			return badParam(param+".role", "must be a non-empty string")
@@ -302,7 +302,7 @@ func (b *oldBody) oldParseMessages() error {
 		}
 		var parts []map[string]json.RawMessage
 		if json.Unmarshal(content, &parts) != nil {
-			return badParam(param+".content", "must be a string or an array of content parts")
+			return contentError(param+".content", content)
 		}
 		for j, p := range parts {
 			typ, err := oldReqString(p, "type")
@@ -329,7 +329,7 @@ func (b *oldBody) oldParseMessages() error {
 func (b *oldBody) oldParsePrompt() error {
 	raw, ok := oldPresent(b.fields, "prompt")
 	if !ok {
-		return badParam("prompt", "you must provide a prompt parameter")
+		return missingParam("prompt")
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {

@@ -36,7 +36,7 @@ func parseResponses(raw []byte) (*completionBody, error) {
 		return nil, err
 	}
 	if raw, ok := present(fields, "stream_options"); ok && jsonscan.KindOf(raw) != jsonscan.Object {
-		return nil, badParam("stream_options", "must be an object")
+		return nil, typeError("stream_options", "an object", raw)
 	}
 	if b.maxTokens, _, err = optPositiveInt(fields, "max_output_tokens"); err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func parseResponses(raw []byte) (*completionBody, error) {
 	messages := 0
 	if raw, ok := present(fields, "instructions"); ok {
 		if jsonscan.KindOf(raw) != jsonscan.String {
-			return nil, badParam("instructions", "must be a string")
+			return nil, typeError("instructions", "a string", raw)
 		}
 		parts, messages = appendText(parts, raw), 1
 	}
@@ -74,7 +74,7 @@ func parseResponses(raw []byte) (*completionBody, error) {
 func responseInput(fields *proxy.Body, parts []textPart) ([]textPart, int, error) {
 	raw, ok := present(fields, "input")
 	if !ok {
-		return nil, 0, badParam("input", "you must provide an input parameter")
+		return nil, 0, missingParam("input")
 	}
 	switch jsonscan.KindOf(raw) {
 	case jsonscan.String:
@@ -84,7 +84,7 @@ func responseInput(fields *proxy.Body, parts []textPart) ([]textPart, int, error
 		return appendText(parts, raw), 1, nil
 	case jsonscan.Array:
 	default:
-		return nil, 0, badParam("input", "must be a string or an array of input items")
+		return nil, 0, typeError("input", "a string or an array of input items", raw)
 	}
 	n := 0
 	items := jsonscan.Elements(raw)
@@ -97,7 +97,7 @@ func responseInput(fields *proxy.Body, parts []textPart) ([]textPart, int, error
 			return parts, n, nil
 		}
 		if jsonscan.KindOf(it) != jsonscan.Object {
-			return nil, 0, badParam(itemParam(i, ""), "must be an object")
+			return nil, 0, typeError(itemParam(i, ""), "an object", it)
 		}
 		item := object(it)
 		typ := "message" // an item without a type is a message (EasyInputMessage)
@@ -133,14 +133,14 @@ func messageItem(item object, i int, parts []textPart) ([]textPart, error) {
 	}
 	content, ok := present(item, "content")
 	if !ok {
-		return nil, badParam(itemParam(i, ".content"), "you must provide the message's content")
+		return nil, missingParam(itemParam(i, ".content"))
 	}
 	switch jsonscan.KindOf(content) {
 	case jsonscan.String:
 		return appendText(parts, content), nil
 	case jsonscan.Array:
 	default:
-		return nil, badParam(itemParam(i, ".content"), "must be a string or an array of content parts")
+		return nil, typeError(itemParam(i, ".content"), "a string or an array of content parts", content)
 	}
 	ps := jsonscan.Elements(content)
 	for j := 0; ; j++ {
@@ -150,7 +150,7 @@ func messageItem(item object, i int, parts []textPart) ([]textPart, error) {
 		}
 		param := itemParam(i, ".content["+strconv.Itoa(j)+"]")
 		if jsonscan.KindOf(p) != jsonscan.Object {
-			return nil, badParam(param, "must be an object")
+			return nil, typeError(param, "an object", p)
 		}
 		part := object(p)
 		t, ok := present(part, "type")

@@ -201,6 +201,11 @@ func New(cfg Config, deps Deps) *Server {
 		TrustedProxies:          cfg.TrustedProxies,
 		ProxyHeader:             proxyHeader(cfg.TrustedProxies),
 		EnableIPValidation:      true,
+		// No endpoint reads a form: a multipart body is not parsed
+		// (fasthttp would, before any handler or authentication, spilling
+		// large parts to temporary files) and the inference endpoints
+		// answer its Content-Type 415.
+		DisablePreParseMultipartForm: true,
 		// Unknown methods on known paths are 405, not 404.
 		// (fiber checks the other methods' trees for the path.)
 	})
