@@ -36,13 +36,17 @@ type runner struct {
 	version int64            // newest version seen
 	wake    chan struct{}
 	stopped bool
-	// assigning is true while the owner computes a batch taken from
-	// pending.
+	// assigning is true while a goroutine runs step (the cluster's
+	// goroutine, or a request's on an idle runner, see Route); stepMu
+	// lets one at a time do so, and stop wait for it.
 	assigning bool
+	stepMu    sync.Mutex
 	// lastUse is when a request was last submitted (clock time).
 	lastUse time.Time
-	// cancel stops the runner's goroutines; nil until they start.
+	// cancel stops the runner's goroutines; nil until they start. ctx is
+	// theirs: what a request's goroutine computes a batch under.
 	cancel context.CancelFunc
+	ctx    context.Context
 	batch  []*Ticket // owner's scratch
 }
 
@@ -83,7 +87,7 @@ func (r *Router) Run(ctx context.Context) error {
 		for _, run := range starting {
 			rctx, cancel := context.WithCancel(ctx)
 			run.mu.Lock()
-			run.cancel = cancel
+			run.cancel, run.ctx = cancel, rctx
 			run.mu.Unlock()
 			wg.Add(1)
 			go func() {
@@ -172,6 +176,7 @@ func (r *Router) Route(ctx context.Context, c *routing.Cluster, req *routing.Req
 			return nil, err
 		}
 	}
+	run.stepOrWake()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -237,11 +242,31 @@ func (run *runner) submit(c *routing.Cluster, t *Ticket, now time.Time) bool {
 	}
 	run.pending = append(run.pending, t)
 	run.mu.Unlock()
+	return true
+}
+
+// stepOrWake assigns what is pending on the calling goroutine when no
+// batch is being computed (a lone request on an idle scheduler is then
+// decided without two goroutine hand-offs: to the cluster's goroutine and
+// back), else wakes the cluster's goroutine. Batching is unchanged: a
+// request that finds a batch being computed waits for the next one, which
+// the goroutine computing the current batch hands on when it is done.
+func (run *runner) stepOrWake() {
+	run.mu.Lock()
+	ctx := run.ctx
+	idle := ctx != nil && !run.assigning && !run.stopped
+	run.mu.Unlock()
+	if !idle || !run.step(ctx) {
+		run.wakeUp()
+	}
+}
+
+// wakeUp wakes the cluster's goroutine (a no-op when a wake-up is due).
+func (run *runner) wakeUp() {
 	select {
 	case run.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // requeue puts tickets taken back from an ejected instance at the head of
@@ -257,10 +282,7 @@ func (run *runner) requeue(ts []*Ticket) {
 	}
 	run.pending = append(ts, run.pending...)
 	run.mu.Unlock()
-	select {
-	case run.wake <- struct{}{}:
-	default:
-	}
+	run.wakeUp()
 }
 
 // loop is the cluster's owner goroutine: whenever requests wait, it takes
@@ -280,13 +302,48 @@ func (run *runner) loop(ctx context.Context) {
 	}
 }
 
-// step assigns one batch; it reports whether anything was pending.
+// step assigns one batch; it reports whether it did (false: nothing was
+// pending, or another goroutine is computing a batch and will hand what
+// is pending on). When requests arrived during the batch, the cluster's
+// goroutine is woken for the next one.
 func (run *runner) step(ctx context.Context) bool {
+	if !run.stepMu.TryLock() {
+		return false
+	}
+	did := func() bool {
+		defer run.stepMu.Unlock() // on a panic too: the runner must not stay busy
+		return run.stepLocked(ctx)
+	}()
+	// A request that found stepMu held before this unlock queued itself
+	// first and is seen here, whichever goroutine this is.
+	run.mu.Lock()
+	more := len(run.pending) > 0 || run.latest != nil
+	run.mu.Unlock()
+	if more {
+		run.wakeUp()
+	}
+	return did
+}
+
+// stepLocked is step's batch; run.stepMu is held.
+func (run *runner) stepLocked(ctx context.Context) bool {
 	now := run.core.deps.Clock.Now()
 	run.mu.Lock()
+	if run.stopped {
+		run.mu.Unlock()
+		return false
+	}
+	run.assigning = true
 	latest := run.latest
 	run.latest = nil
 	run.mu.Unlock()
+	defer func() {
+		// On a panic too (a request's goroutine, where the api recovers
+		// it): the next step must not find the runner busy for ever.
+		run.mu.Lock()
+		run.assigning = false
+		run.mu.Unlock()
+	}()
 	if latest != nil {
 		orphans, err := run.core.Update(latest)
 		if err != nil {
@@ -305,21 +362,20 @@ func (run *runner) step(ctx context.Context) bool {
 	rest := copy(run.pending, run.pending[n:])
 	clear(run.pending[rest:])
 	run.pending = run.pending[:rest]
-	run.assigning = n > 0
 	run.mu.Unlock()
 	if n == 0 {
 		return false
 	}
 	run.core.Assign(ctx, now, run.batch)
 	clear(run.batch)
-	run.mu.Lock()
-	run.assigning = false
-	run.mu.Unlock()
 	return true
 }
 
-// stop rejects everything still waiting with ErrClosed.
+// stop rejects everything still waiting with ErrClosed, once no batch is
+// being computed (a request's goroutine may be computing one).
 func (run *runner) stop() {
+	run.stepMu.Lock()
+	defer run.stepMu.Unlock()
 	run.mu.Lock()
 	run.stopped = true
 	pending := run.pending
