@@ -477,6 +477,9 @@ func TestSDKChatStream(t *testing.T) {
 	if g != 2 || r != 2 {
 		t.Errorf("granted %d released %d", g, r)
 	}
+	// A stream is metered after its last event reached the client (and
+	// after its release): the SDK can be done before the second event is.
+	testwait.Until(t, "two usage events", func() bool { return len(e.meter.events()) >= 2 })
 	evs := e.meter.events()
 	if len(evs) != 2 || evs[0].OutputTokens != 5 || evs[1].OutputTokens != 5 || evs[0].Status != "ok" || evs[0].TTFT <= 0 {
 		t.Errorf("usage events %+v", evs)
