@@ -500,10 +500,18 @@ func (x *exchange) stream(ctx context.Context, call *dispatch.Call, done func())
 
 // directEligible tells whether a stream can be written straight to the
 // connection (streamDirect): an HTTP/1.1 request that keeps its
-// connection (chunked encoding, and the connection goes on serving).
+// connection (chunked encoding, and the connection goes on serving), and
+// the first request fasthttp serves on it since it was accepted or handed
+// back after a direct stream. A later request may have been pipelined
+// behind an earlier one whose answer fasthttp still holds unflushed (it
+// flushes only when no further request is buffered): written straight to
+// the socket, the stream would overtake that answer. Such a stream takes
+// fasthttp's body writer, which keeps the order. Streams that follow
+// streams on a connection stay direct: each is the first request of the
+// connection handed back after the one before.
 func directEligible(c *fiber.Ctx) bool {
 	rh := &c.Context().Request.Header
-	return c.Context().Conn() != nil && rh.IsHTTP11() && !rh.ConnectionClose()
+	return c.Context().Conn() != nil && rh.IsHTTP11() && !rh.ConnectionClose() && c.Context().ConnRequestNum() == 1
 }
 
 // streamDirect runs a streamed call on the handler's goroutine, the relay

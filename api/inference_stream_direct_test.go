@@ -116,8 +116,11 @@ func TestDirectStreamKeepsConnection(t *testing.T) {
 	if n := dials.Load(); n != 1 {
 		t.Errorf("%d connections dialled for five requests, want 1 (keep-alive lost after a stream)", n)
 	}
-	if n := e.srv.resumer.streams.Load() - before; n != 3 {
-		t.Errorf("%d streams written straight to the connection, want 3", n)
+	// The third stream follows a non-streamed completion on the
+	// connection (the second request since the hand-back), so it takes
+	// fasthttp's body writer (directEligible): 2 direct streams.
+	if n := e.srv.resumer.streams.Load() - before; n != 2 {
+		t.Errorf("%d streams written straight to the connection, want 2", n)
 	}
 	e.router.Settled(t)
 	var evs []billing.UsageEvent
@@ -184,14 +187,52 @@ func TestDirectStreamPipelinedRequest(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("pipelined /healthz: %d", resp.StatusCode)
 	}
-	// And again: a stream on the connection served on after the first.
+	// And again: a stream on the connection served on after the first. It
+	// is the second request since the hand-back (after /healthz), so it
+	// takes fasthttp's body writer (directEligible): 1 direct stream.
 	if _, err := io.WriteString(conn, rawPost("/v1/chat/completions", streamBody, "")); err != nil {
 		t.Fatal(err)
 	}
 	readStream(t, br)
-	if n := e.srv.resumer.streams.Load() - before; n != 2 {
-		t.Errorf("%d streams written straight to the connection, want 2", n)
+	if n := e.srv.resumer.streams.Load() - before; n != 1 {
+		t.Errorf("%d streams written straight to the connection, want 1", n)
 	}
+}
+
+// A stream pipelined behind another request (whose answer fasthttp holds
+// unflushed while a further request is buffered) is answered after it, in
+// order: it is not written straight to the connection.
+func TestStreamPipelinedBehindARequestKeepsOrder(t *testing.T) {
+	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 5})
+	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	before := e.srv.resumer.streams.Load()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"+rawPost("/v1/chat/completions", streamBody, "")); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the first answer: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") == "text/event-stream" {
+		t.Fatalf("the first answer on the connection is %d %q, want /healthz's", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	readStream(t, br)
+	if n := e.srv.resumer.streams.Load() - before; n != 0 {
+		t.Errorf("%d streams written straight to the connection behind a pipelined request, want 0", n)
+	}
+	// The connection goes on serving, and its next stream is answered too.
+	if _, err := io.WriteString(conn, rawPost("/v1/chat/completions", streamBody, "")); err != nil {
+		t.Fatal(err)
+	}
+	readStream(t, br)
 }
 
 // Requests that do not keep their connection (Connection: close, HTTP/1.0)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
 	"github.com/routebalance/routebalance/tenants"
 )
@@ -60,6 +61,8 @@ func TestConcurrentStreamsInOrderMeteredOnce(t *testing.T) {
 		}
 	}
 	e.router.Settled(t)
+	// A stream is metered after its end reached the client: wait for all.
+	testwait.Until(t, "every stream metered", func() bool { return len(e.meter.events()) >= streams*rounds })
 	evs := e.meter.events()
 	if len(evs) != streams*rounds {
 		t.Fatalf("%d usage events for %d streams", len(evs), streams*rounds)

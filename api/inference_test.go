@@ -641,6 +641,7 @@ func TestFailOverOnRefusedConnection(t *testing.T) {
 			if unreachable != failovers {
 				t.Errorf("%d unreachable outcomes, want %d", unreachable, failovers)
 			}
+			testwait.Until(t, "two usage events", func() bool { return len(e.meter.events()) >= 2 })
 			if n := len(e.meter.events()); n != 2 {
 				t.Errorf("%d usage events, want one per request", n)
 			}
@@ -704,6 +705,7 @@ func TestUpstreamErrorStatus(t *testing.T) {
 			if g != 2 || r != 2 || outs[0].Err == nil || outs[0].Upstream != tc.fault {
 				t.Errorf("granted %d released %d outcome %+v", g, r, outs)
 			}
+			testwait.Until(t, "two usage events", func() bool { return len(e.meter.events()) >= 2 })
 			evs := e.meter.events()
 			if len(evs) != 2 || evs[0].Status != "error" || evs[0].HTTPStatus != tc.wantStatus || evs[0].OutputTokens != 0 {
 				t.Errorf("usage events %+v", evs)
