@@ -161,18 +161,26 @@ func readStream(t *testing.T, br *bufio.Reader) *http.Response {
 	return resp
 }
 
-// A request pipelined behind a stream on the same connection (its bytes
-// already read by fasthttp when the stream is hijacked) is answered after
-// the stream, in order, and the connection goes on serving.
-func TestDirectStreamPipelinedRequest(t *testing.T) {
+// rawStreamEnv is a gateway in front of a fake vLLM streaming 5 tokens,
+// and one raw connection to it (closed at the end of the test).
+func rawStreamEnv(t *testing.T) (*infEnv, net.Conn) {
+	t.Helper()
 	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 5})
 	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	return e, conn
+}
+
+// A request pipelined behind a stream on the same connection (its bytes
+// already read by fasthttp when the stream is hijacked) is answered after
+// the stream, in order, and the connection goes on serving.
+func TestDirectStreamPipelinedRequest(t *testing.T) {
+	e, conn := rawStreamEnv(t)
 	before := e.srv.resumer.streams.Load()
 	if _, err := io.WriteString(conn, rawPost("/v1/chat/completions", streamBody, "")+"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
@@ -203,14 +211,7 @@ func TestDirectStreamPipelinedRequest(t *testing.T) {
 // unflushed while a further request is buffered) is answered after it, in
 // order: it is not written straight to the connection.
 func TestStreamPipelinedBehindARequestKeepsOrder(t *testing.T) {
-	up := vllmtest.New(t, vllmtest.Config{Model: "m", Tokens: 5})
-	e := newInfEnv(t, envOpts{realRouter: true, instances: []tenants.Instance{inst("i1", up.URL, "m")}})
-	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	e, conn := rawStreamEnv(t)
 	before := e.srv.resumer.streams.Load()
 	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"+rawPost("/v1/chat/completions", streamBody, "")); err != nil {
 		t.Fatal(err)

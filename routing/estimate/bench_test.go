@@ -306,11 +306,9 @@ var headOnce struct {
 	err error
 }
 
-// BenchmarkEstimateHead is the default estimator's hot path: embed + task
-// classifier + per-model logistic head + per-task length, no neighbour
-// search, for a batch of 1, 8 and 32 prompts over the 9 models; cpu-ns/op
-// divided by the batch size is the CPU per prompt.
-func BenchmarkEstimateHead(b *testing.B) {
+// headKNN is the default (head) estimator built once from the benchmark
+// data, and the data.
+func headKNN(b *testing.B) (*KNN, []Record) {
 	_, _, recs := benchIndexes(b)
 	headOnce.Do(func() {
 		emb, _ := NewBuiltin(DefaultBuiltinConfig())
@@ -319,7 +317,15 @@ func BenchmarkEstimateHead(b *testing.B) {
 	if headOnce.err != nil {
 		b.Fatal(headOnce.err)
 	}
-	k := headOnce.k
+	return headOnce.k, recs
+}
+
+// BenchmarkEstimateHead is the default estimator's hot path: embed + task
+// classifier + per-model logistic head + per-task length, no neighbour
+// search, for a batch of 1, 8 and 32 prompts over the 9 models; cpu-ns/op
+// divided by the batch size is the CPU per prompt.
+func BenchmarkEstimateHead(b *testing.B) {
+	k, recs := headKNN(b)
 	models := k.Models()
 	ref := &refEmbedder{b: k.emb.(*Builtin), s: newFeatScratch(1024)}
 	for _, n := range []int{1, 8, 32, 256} {
@@ -372,15 +378,7 @@ func (r *refEmbedder) Embed(_ context.Context, texts []string, dst []float32) er
 // decision's memo, for prompts estimated beforehand (the memo ring holds
 // them); cpu-ns/op is the CPU per released request.
 func BenchmarkObserveLengthMemo(b *testing.B) {
-	_, _, recs := benchIndexes(b)
-	headOnce.Do(func() {
-		emb, _ := NewBuiltin(DefaultBuiltinConfig())
-		headOnce.k, headOnce.err = Build(context.Background(), recs, Config{}, BuildOptions{Embedder: emb})
-	})
-	if headOnce.err != nil {
-		b.Fatal(headOnce.err)
-	}
-	k := headOnce.k
+	k, recs := headKNN(b)
 	models := k.Models()
 	const n = 256
 	prompts := make([]string, n)
