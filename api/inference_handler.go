@@ -464,17 +464,9 @@ func (x *exchange) stream(ctx context.Context, call *dispatch.Call, done func())
 	x.begun, x.writer = make(chan struct{}), make(chan *bufio.Writer, 1)
 	ended := make(chan streamEnd, 1)
 	go func() {
-		var e streamEnd
-		defer func() {
-			if r := recover(); r != nil {
-				e = streamEnd{panic: r, status: http.StatusInternalServerError}
-			}
-			done()
-			ended <- e
-		}()
-		e.res, e.err = x.h.dispatch.Dispatch(ctx, *call)
-		e.status = x.h.dispatchStatus(e.err)
-		x.observe(e.res, e.err)
+		e := x.dispatchStream(ctx, call)
+		done()
+		ended <- e
 	}()
 	select {
 	case e := <-ended:
@@ -496,6 +488,20 @@ func (x *exchange) stream(ctx context.Context, call *dispatch.Call, done func())
 		x.endRoot(e.status)
 	}))
 	return true, nil
+}
+
+// dispatchStream runs a streamed call and observes it; a panic ends it
+// as a 500, for the caller to re-raise or log.
+func (x *exchange) dispatchStream(ctx context.Context, call *dispatch.Call) (e streamEnd) {
+	defer func() {
+		if r := recover(); r != nil {
+			e = streamEnd{panic: r, status: http.StatusInternalServerError}
+		}
+	}()
+	e.res, e.err = x.h.dispatch.Dispatch(ctx, *call)
+	e.status = x.h.dispatchStatus(e.err)
+	x.observe(e.res, e.err)
+	return e
 }
 
 // directEligible tells whether a stream can be written straight to the
@@ -533,17 +539,7 @@ func (x *exchange) streamDirect(ctx context.Context, call *dispatch.Call, done f
 	ds := newDirectStream(x.c.Context().Conn())
 	x.direct = ds
 	defer func() { x.direct = nil }()
-	var e streamEnd
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				e = streamEnd{panic: r, status: http.StatusInternalServerError}
-			}
-		}()
-		e.res, e.err = x.h.dispatch.Dispatch(ctx, *call)
-		e.status = x.h.dispatchStatus(e.err)
-		x.observe(e.res, e.err)
-	}()
+	e := x.dispatchStream(ctx, call)
 	done()
 	if !ds.begun {
 		ds.release()

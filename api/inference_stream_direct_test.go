@@ -420,19 +420,12 @@ func TestDirectStreamSDKKeepsConnection(t *testing.T) {
 	for i := range streams {
 		params := openai.ChatCompletionNewParams{Model: "auto", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
 		params.StreamOptions.IncludeUsage = openai.Bool(i%2 == 0)
-		st := c.Chat.Completions.NewStreaming(context.Background(), params)
-		var text strings.Builder
-		for st.Next() {
-			if ch := st.Current(); len(ch.Choices) > 0 {
-				text.WriteString(ch.Choices[0].Delta.Content)
-			}
-		}
-		if err := st.Err(); err != nil {
+		text, err := streamText(c.Chat.Completions.NewStreaming(context.Background(), params))
+		if err != nil {
 			t.Fatalf("stream %d: %v", i, err)
 		}
-		st.Close()
-		if text.String() != want {
-			t.Fatalf("stream %d: %q, want %q", i, text.String(), want)
+		if text != want {
+			t.Fatalf("stream %d: %q, want %q", i, text, want)
 		}
 	}
 	if n := dials.Load(); n != 1 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/routebalance/routebalance/internal/testwait"
 	"github.com/routebalance/routebalance/routing/proxy/vllmtest"
@@ -38,19 +39,13 @@ func TestConcurrentStreamsInOrderMeteredOnce(t *testing.T) {
 				defer wg.Done()
 				params := openai.ChatCompletionNewParams{Model: "auto", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
 				params.StreamOptions.IncludeUsage = openai.Bool(s%2 == 0) // half ask for the usage chunk
-				st := c.Chat.Completions.NewStreaming(context.Background(), params)
-				var text strings.Builder
-				for st.Next() {
-					if ch := st.Current(); len(ch.Choices) > 0 {
-						text.WriteString(ch.Choices[0].Delta.Content)
-					}
-				}
-				if err := st.Err(); err != nil {
+				text, err := streamText(c.Chat.Completions.NewStreaming(context.Background(), params))
+				if err != nil {
 					errs <- fmt.Errorf("round %d stream %d: %w", r, s, err)
 					return
 				}
-				if text.String() != want {
-					errs <- fmt.Errorf("round %d stream %d: got %d bytes of text, not the %d tokens in order", r, s, text.Len(), tokens)
+				if text != want {
+					errs <- fmt.Errorf("round %d stream %d: got %d bytes of text, not the %d tokens in order", r, s, len(text), tokens)
 				}
 			}()
 		}
@@ -77,4 +72,17 @@ func TestConcurrentStreamsInOrderMeteredOnce(t *testing.T) {
 			t.Errorf("event %s: %d output tokens, status %q; want %d, ok", ev.RequestID, ev.OutputTokens, ev.Status, tokens)
 		}
 	}
+}
+
+// streamText reads an SDK chat stream to its end and returns the content
+// of its deltas, in order, and the stream's error; the stream is closed.
+func streamText(st *ssestream.Stream[openai.ChatCompletionChunk]) (string, error) {
+	defer st.Close()
+	var text strings.Builder
+	for st.Next() {
+		if ch := st.Current(); len(ch.Choices) > 0 {
+			text.WriteString(ch.Choices[0].Delta.Content)
+		}
+	}
+	return text.String(), st.Err()
 }

@@ -851,12 +851,10 @@ func (k *KNN) observe(memo uint64, prompt, model string, q, l float64) error {
 
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	c, err := k.column(model, true)
+	col, err := k.observedColumn(model)
 	if err != nil {
-		k.cfg.Logger.Warn("estimate: observation dropped", slog.String("error", err.Error()))
 		return err
 	}
-	col := k.models[c]
 	if useKNN {
 		if k.onFill > 0 {
 			scanTopK(s.vecs, k.online[:k.onFill*k.dim], k.dim, int32(k.base), s.nb)
@@ -884,9 +882,8 @@ func (k *KNN) observe(memo uint64, prompt, model string, q, l float64) error {
 	if h := k.head; h != nil && k.mode != "knn" {
 		s.growHead(h)
 		h.forward(s.vecs, &s.raw[0], s.xt, s.p, s.x)
-		if task := argmax32(s.p); l == l && task >= 0 && task < len(col.taskLen) {
-			col.taskLen[task].observe(l, taskLenWindow)
-			k.fitLengths()
+		if l == l {
+			k.observeTaskLength(col, argmax32(s.p), l)
 		}
 		if q == q {
 			if col.head < 0 {
@@ -915,20 +912,36 @@ func (k *KNN) observeLengthByTask(memo uint64, model string, l float64) (done bo
 		return false, nil
 	}
 	k.memo.hit()
+	col, err := k.observedColumn(model)
+	if err != nil {
+		return true, err
+	}
+	if l == l {
+		col.observePrior(l)
+		k.observeTaskLength(col, int(mt.task), l)
+	}
+	return true, nil
+}
+
+// observedColumn is the column an observation of model updates, created
+// when new; k.mu is held for writing. An error is logged (the observation
+// is dropped).
+func (k *KNN) observedColumn(model string) (*column, error) {
 	c, err := k.column(model, true)
 	if err != nil {
 		k.cfg.Logger.Warn("estimate: observation dropped", slog.String("error", err.Error()))
-		return true, err
+		return nil, err
 	}
-	col := k.models[c]
-	if l == l {
-		col.observePrior(l)
-		if task := int(mt.task); task >= 0 && task < len(col.taskLen) {
-			col.taskLen[task].observe(l, taskLenWindow)
-			k.fitLengths()
-		}
+	return k.models[c], nil
+}
+
+// observeTaskLength folds length l into the model's cell of the head's
+// task and refits the two-way length model; k.mu is held for writing.
+func (k *KNN) observeTaskLength(col *column, task int, l float64) {
+	if task >= 0 && task < len(col.taskLen) {
+		col.taskLen[task].observe(l, taskLenWindow)
+		k.fitLengths()
 	}
-	return true, nil
 }
 
 // memoRing keeps the embedding, features and best stored prompt of the
